@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/alecthomas/kong"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// cli is the whole command line. Every flag can also be set through the
+// PAYSTREAM_* environment variable named in its help.
+type cli struct {
+	LogLevel  string `help:"Log level: debug, info, warn, error." default:"info" env:"PAYSTREAM_LOG_LEVEL" enum:"debug,info,warn,error"`
+	LogFormat string `help:"Log format: text or json." default:"text" env:"PAYSTREAM_LOG_FORMAT" enum:"text,json"`
+
+	Ingest    ingestCmd    `cmd:"" help:"Receive webhooks over HTTP, verify them and produce them to the raw topic."`
+	Processor processorCmd `cmd:"" help:"Consume the raw topic and apply each event exactly once in Postgres."`
+	Sink      sinkCmd      `cmd:"" help:"Relay committed outbox events to the normalized payment-state topic."`
+	Migrate   migrateCmd   `cmd:"" help:"Apply database migrations (idempotent) and create Kafka topics."`
+	Dev       devCmd       `cmd:"" help:"Run ingest, processor and sink in one process with embedded Kafka and a private Postgres."`
+	Inspect   inspectCmd   `cmd:"" help:"Show what paystream knows about a payment."`
+	Version   versionCmd   `cmd:"" help:"Print the version."`
+}
+
+// kafkaFlags are shared by every command that talks to Kafka.
+type kafkaFlags struct {
+	KafkaBrokers []string `help:"Kafka seed brokers, comma-separated." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT,..."`
+}
+
+func (k kafkaFlags) brokers() ([]string, error) {
+	var out []string
+	for _, b := range k.KafkaBrokers {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no Kafka brokers: set --kafka-brokers or PAYSTREAM_KAFKA_BROKERS")
+	}
+	return out, nil
+}
+
+// dbFlags are shared by every command that talks to Postgres.
+type dbFlags struct {
+	DatabaseURL string `help:"Postgres connection URL." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
+}
+
+func (d dbFlags) pool(ctx context.Context) (*pgxpool.Pool, error) {
+	if d.DatabaseURL == "" {
+		return nil, errors.New("no database: set --database-url or PAYSTREAM_DATABASE_URL")
+	}
+	return openPool(ctx, d.DatabaseURL)
+}
+
+func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database URL: %w", err) // pgx redacts the password
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// metricsFlags serve /metrics for the commands without an HTTP server.
+type metricsFlags struct {
+	MetricsAddr string `help:"Address serving /metrics and /healthz (empty disables)." env:"PAYSTREAM_METRICS_ADDR"`
+}
+
+// env carries what every command gets: a logger and a metrics registry.
+type env struct {
+	log *slog.Logger
+	reg *prometheus.Registry
+}
+
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// serveMetrics serves reg on addr until ctx ends; a blank addr serves nothing.
+func serveMetrics(ctx context.Context, e *env, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("metrics listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(ln) }()
+	e.log.Info("metrics listening", "addr", ln.Addr().String())
+	return nil
+}
+
+func newLogger(level, format string) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func run(args []string) int {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("paystream"),
+		kong.Description("paystream turns payment-gateway webhooks — delivered at least once, out of order, "+
+			"sometimes forged — into exactly-once payment effects: one transition, one ledger posting and one "+
+			"normalized event per real change.\n\nQuick start: `paystream dev --sources deploy/sources.example.yaml`."),
+		kong.UsageOnError(),
+		kong.Vars(topicVars),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "paystream:", err)
+		return 2
+	}
+	kctx, err := parser.Parse(args)
+	if err != nil {
+		parser.Errorf("%s", err)
+		return 2
+	}
+	e := &env{log: newLogger(c.LogLevel, c.LogFormat), reg: newRegistry()}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	kctx.BindTo(ctx, (*context.Context)(nil))
+	if err := kctx.Run(e); err != nil {
+		fmt.Fprintln(os.Stderr, "paystream:", err)
+		return 1
+	}
+	return 0
+}
+
+type versionCmd struct{}
+
+func (versionCmd) Run() error {
+	fmt.Println("paystream", version)
+	return nil
+}

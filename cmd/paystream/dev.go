@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+		"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/paystream/paystream/internal/devpg"
+	"github.com/paystream/paystream/internal/provider/standardwebhooks"
+	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/migrations"
+	"github.com/paystream/paystream/processor"
+	"github.com/paystream/paystream/sink"
+)
+
+type devCmd struct {
+	DataDir      string   `help:"Directory for the embedded Kafka's and the private Postgres's data (kept between runs)." default:".data" env:"PAYSTREAM_DATA_DIR"`
+	KafkaBrokers []string `help:"Use these Kafka brokers instead of the embedded one." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT,..."`
+	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL"`
+	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3"`
+	topicFlags
+	ingestFlags
+}
+
+func (c *devCmd) Help() string {
+	return `Everything in one process, for trying paystream and for local development: an embedded Kafka
+(franz-go's kfake, data under --data-dir/kafka) unless PAYSTREAM_KAFKA_BROKERS is set, and a private
+PostgreSQL cluster started from the machine's binaries (data under --data-dir/postgres) unless
+PAYSTREAM_DATABASE_URL is set. It migrates, starts ingest, processor and sink, and prints the webhook
+URL with a ready-to-paste example request. Inspect the result with
+'paystream inspect payment --data-dir DIR --source SOURCE --id PAYMENT_ID'.`
+}
+
+// devState is what a running dev instance leaves in its data dir for
+// `paystream inspect --data-dir`.
+type devState struct {
+	DatabaseURL  string   `json:"database_url"`
+	KafkaBrokers []string `json:"kafka_brokers"`
+}
+
+func devStatePath(dataDir string) string { return filepath.Join(dataDir, "dev.json") }
+
+func (c *devCmd) Run(ctx context.Context, e *env) error {
+	sources, err := loadSources(c.Sources)
+	if err != nil {
+		return err
+	}
+	dataDir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+
+	brokers := c.KafkaBrokers
+	if len(brokers) == 0 {
+		kafkaDir := filepath.Join(dataDir, "kafka")
+		cluster, err := kfake.NewCluster(
+			kfake.DataDir(kafkaDir),
+			kfake.NumBrokers(1),
+			kfake.SeedTopics(c.Partitions, c.RawTopic, c.StateTopic),
+			kfake.SeedTopics(1, c.DLQTopic),
+		)
+		if err != nil {
+			return fmt.Errorf("start embedded kafka: %w", err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+		e.log.Info("embedded kafka (kfake) started", "brokers", strings.Join(brokers, ","), "data", kafkaDir)
+	}
+
+	dbURL := c.DatabaseURL
+	if dbURL == "" {
+		pgDir := filepath.Join(dataDir, "postgres")
+		cluster, err := devpg.Start(ctx, devpg.Config{DataDir: pgDir, Logger: e.log.With("component", "devpg")})
+		if err != nil {
+			return fmt.Errorf("start private postgres: %w", err)
+		}
+		defer func() {
+			stopCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := cluster.Stop(stopCtx); err != nil {
+				e.log.Warn("stop private postgres", "error", err)
+			}
+		}()
+		dbURL = cluster.URL()
+		e.log.Info("private postgres started", "data", pgDir)
+	}
+
+	pool, err := openPool(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		return err
+	}
+	if len(c.KafkaBrokers) > 0 {
+		if err := ensureTopics(ctx, e, brokers, c.topicFlags, c.Partitions, -1); err != nil {
+			return err
+		}
+	}
+	state, _ := json.MarshalIndent(devState{DatabaseURL: dbURL, KafkaBrokers: brokers}, "", "  ")
+	if err := os.WriteFile(devStatePath(dataDir), state, 0o600); err != nil {
+		return fmt.Errorf("write dev state: %w", err)
+	}
+
+	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources)
+	if err != nil {
+		return err
+	}
+	proc, err := processor.New(pool, processor.Config{
+		Brokers: brokers, Topic: c.RawTopic, Group: "paystream-dev",
+		Logger: e.log.With("component", "processor"), Registerer: e.reg,
+	})
+	if err != nil {
+		return err
+	}
+	relay, err := sink.New(pool, sink.Config{
+		Brokers: brokers, Topic: c.StateTopic,
+		Logger: e.log.With("component", "sink"), Registerer: e.reg,
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for name, run := range map[string]func(context.Context) error{"ingest": srv.Run, "processor": proc.Run, "sink": relay.Run} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := run(ctx); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				cancel()
+			}
+		}()
+	}
+	printDevBanner(c.HTTPAddr, sources, c.DataDir)
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// printDevBanner prints the webhook URL and an example request signed for
+// the first Standard Webhooks source, so a newcomer can paste it.
+func printDevBanner(addr string, sources map[string]*source.Source, dataDir string) {
+	fmt.Fprintf(os.Stderr, "\npaystream dev is running.\n")
+	names := make([]string, 0, len(sources))
+	for name := range sources {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(os.Stderr, "  webhook URL: http://%s/webhooks/%s  (driver %s)\n", addr, name, sources[name].DriverName)
+	}
+	for _, name := range names {
+		src := sources[name]
+		if src.DriverName != "standardwebhooks" || len(src.Secrets) == 0 {
+			continue
+		}
+		now := time.Now()
+		id := fmt.Sprintf("msg_%d", now.UnixNano())
+		body := fmt.Sprintf(`{"type":"payment.paid","timestamp":%q,"data":{"payment_id":"pay_demo_1","amount":1050,"currency":"BRL"}}`,
+			now.UTC().Format(time.RFC3339))
+		sig, err := standardwebhooks.Sign(src.Secrets[0], id, now, []byte(body))
+		if err != nil {
+			break
+		}
+		fmt.Fprintf(os.Stderr, "\nExample (valid for 5 minutes):\n\n  curl -sS -X POST http://%s/webhooks/%s \\\n    -H 'content-type: application/json' \\\n    -H 'webhook-id: %s' -H 'webhook-timestamp: %d' \\\n    -H 'webhook-signature: %s' \\\n    -d '%s'\n",
+			addr, name, id, now.Unix(), sig, body)
+		fmt.Fprintf(os.Stderr, "\nThen: paystream inspect payment --data-dir %s --source %s --id pay_demo_1\n\n", dataDir, name)
+		break
+	}
+}

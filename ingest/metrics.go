@@ -1,0 +1,53 @@
+package ingest
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paystream/paystream/internal/source"
+)
+
+type metrics struct {
+	requests          *prometheus.CounterVec
+	signatureFailures *prometheus.CounterVec
+	produceSeconds    prometheus.Histogram
+	bodyBytes         prometheus.Histogram
+	inFlight          prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer, sources map[string]*source.Source) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_ingest_requests_total",
+			Help: "Webhook requests by source and outcome (accepted, dead_lettered, unauthorized, unknown_source, too_large, bad_request, unavailable).",
+		}, []string{"source", "outcome"}),
+		signatureFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_ingest_signature_failures_total",
+			Help: "Webhooks rejected as not authentic, by source and reason.",
+		}, []string{"source", "reason"}),
+		produceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "paystream_ingest_produce_seconds",
+			Help:    "Time from produce to the broker's acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		bodyBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "paystream_ingest_body_bytes",
+			Help:    "Webhook body sizes.",
+			Buckets: prometheus.ExponentialBuckets(64, 4, 9),
+		}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_ingest_in_flight_requests",
+			Help: "Webhook requests being handled.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.signatureFailures, m.produceSeconds, m.bodyBytes, m.inFlight} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register ingest metrics: %w", err)
+		}
+	}
+	for name := range sources {
+		m.requests.WithLabelValues(name, outcomeAccepted)
+	}
+	return m, nil
+}

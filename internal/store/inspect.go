@@ -1,0 +1,123 @@
+// Package store holds paystream's read-side queries over Postgres: what
+// operators and tests look at (a payment's state, ledger and event history).
+// The write side lives with its single writer, the processor.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// ErrNotFound is returned for a payment paystream has never seen.
+var ErrNotFound = errors.New("not found")
+
+// Payment is one payment as `paystream inspect payment` shows it.
+type Payment struct {
+	PaymentKey  string           `json:"payment_key"`
+	Source      string           `json:"source"`
+	PaymentID   string           `json:"payment_id"`
+	Status      string           `json:"status"`
+	Version     int64            `json:"version"`
+	AmountMinor int64            `json:"amount_minor"`
+	Currency    string           `json:"currency"`
+	Held        bool             `json:"held"`
+	HeldReason  string           `json:"held_reason,omitempty"`
+	LastEventAt *time.Time       `json:"last_event_at,omitempty"`
+	Ledger      []Posting        `json:"ledger"`
+	Transitions []Transition     `json:"transitions"`
+	Events      []InboxEvent     `json:"events"`
+	Balances    map[string]int64 `json:"balances"`
+}
+
+// Posting is one ledger posting of a payment.
+type Posting struct {
+	Version     int64  `json:"version"`
+	Account     string `json:"account"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+}
+
+// Transition is one real change of a payment.
+type Transition struct {
+	Version     int64     `json:"version"`
+	From        string    `json:"from"`
+	To          string    `json:"to"`
+	Kind        string    `json:"kind"`
+	AmountMinor int64     `json:"amount_minor"`
+	Currency    string    `json:"currency"`
+	RefundID    string    `json:"refund_id,omitempty"`
+	At          time.Time `json:"at"`
+}
+
+// InboxEvent is one delivery of a webhook for the payment and what became of it.
+type InboxEvent struct {
+	InboxID    int64      `json:"inbox_id"`
+	EventID    string     `json:"event_id"`
+	DedupKey   string     `json:"dedup_key"`
+	Type       string     `json:"type"`
+	Outcome    string     `json:"outcome"`
+	Reason     string     `json:"reason,omitempty"`
+	OccurredAt *time.Time `json:"occurred_at,omitempty"`
+	ReceivedAt time.Time  `json:"received_at"`
+	Offset     string     `json:"offset"`
+}
+
+// InspectPayment loads a payment with its ledger, transitions and every
+// delivery of its events, in arrival order.
+func InspectPayment(ctx context.Context, pool *pgxpool.Pool, paymentKey string) (*Payment, error) {
+	p := Payment{PaymentKey: paymentKey, Balances: map[string]int64{}}
+	var heldReason *string
+	err := pool.QueryRow(ctx, `
+		SELECT source, payment_id, status, version, amount_minor, currency, held, held_reason, last_event_at
+		  FROM payments WHERE payment_key = $1`, paymentKey).
+		Scan(&p.Source, &p.PaymentID, &p.Status, &p.Version, &p.AmountMinor, &p.Currency, &p.Held, &heldReason, &p.LastEventAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("payment %s: %w", paymentKey, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load payment: %w", err)
+	}
+	if heldReason != nil {
+		p.HeldReason = *heldReason
+	}
+
+	rows, err := pool.Query(ctx, `
+		SELECT version, account, amount_minor, currency FROM ledger_postings
+		 WHERE payment_key = $1 ORDER BY version, id`, paymentKey)
+	if err != nil {
+		return nil, fmt.Errorf("load ledger: %w", err)
+	}
+	if p.Ledger, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Posting]); err != nil {
+		return nil, fmt.Errorf("load ledger: %w", err)
+	}
+	for _, ps := range p.Ledger {
+		p.Balances[ps.Account+":"+ps.Currency] += ps.AmountMinor
+	}
+
+	rows, err = pool.Query(ctx, `
+		SELECT version, from_status, to_status, kind, amount_minor, currency, COALESCE(refund_id, ''), created_at
+		  FROM payment_transitions WHERE payment_key = $1 ORDER BY version`, paymentKey)
+	if err != nil {
+		return nil, fmt.Errorf("load transitions: %w", err)
+	}
+	if p.Transitions, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Transition]); err != nil {
+		return nil, fmt.Errorf("load transitions: %w", err)
+	}
+
+	rows, err = pool.Query(ctx, `
+		SELECT id, COALESCE(event_id, ''), dedup_key, event_type, status, COALESCE(reason, ''), occurred_at, received_at,
+		       topic || '/' || partition || '@' || kafka_offset
+		  FROM inbox WHERE payment_key = $1 ORDER BY id`, paymentKey)
+	if err != nil {
+		return nil, fmt.Errorf("load events: %w", err)
+	}
+	if p.Events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[InboxEvent]); err != nil {
+		return nil, fmt.Errorf("load events: %w", err)
+	}
+	return &p, nil
+}

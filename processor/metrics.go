@@ -1,0 +1,110 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	events       *prometheus.CounterVec
+	batchRecords prometheus.Histogram
+	txSeconds    prometheus.Histogram
+	batchRetries prometheus.Counter
+	fenced       prometheus.Counter
+	fetchErrors  prometheus.Counter
+	lag          *prometheus.GaugeVec
+	deferred     prometheus.Gauge
+	held         prometheus.Gauge
+	quarantined  prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_processor_events_total",
+			Help: "Inbox outcomes by source, outcome (processed, ignored, deferred, quarantined) and reason.",
+		}, []string{"source", "outcome", "reason"}),
+		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "paystream_processor_batch_records",
+			Help:    "Records per committed batch transaction.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "paystream_processor_transaction_seconds",
+			Help:    "Latency of committed batch transactions.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
+		}),
+		batchRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paystream_processor_batch_retries_total",
+			Help: "Batch transactions that failed transiently and were retried.",
+		}),
+		fenced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paystream_processor_fenced_total",
+			Help: "Batch commits refused because a newer owner claimed the partition.",
+		}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paystream_processor_fetch_errors_total",
+			Help: "Kafka fetch errors.",
+		}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "paystream_processor_lag_records",
+			Help: "Records between the last fetched offset and the partition's high watermark.",
+		}, []string{"partition"}),
+		deferred: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_processor_deferred_events",
+			Help: "Inbox events waiting for a predecessor or a held payment's replay.",
+		}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_processor_held_payments",
+			Help: "Payments held after a quarantined event, waiting for paystream replay.",
+		}),
+		quarantined: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_processor_quarantined_events",
+			Help: "Inbox events quarantined and not yet replayed.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.fenced,
+		m.fetchErrors, m.lag, m.deferred, m.held, m.quarantined} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register processor metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// observeLoop refreshes the gauges that come from Postgres every 15 s.
+func (m *metrics) observeLoop(ctx context.Context, pool *pgxpool.Pool, _ string) {
+	t := time.NewTicker(15 * time.Second)
+	defer t.Stop()
+	for {
+		m.observe(ctx, pool)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (m *metrics) observe(ctx context.Context, pool *pgxpool.Pool) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var deferred, quarantined, held int64
+	err := pool.QueryRow(ctx, `
+		SELECT (SELECT count(*) FROM inbox WHERE status = 'deferred'),
+		       (SELECT count(*) FROM inbox WHERE status = 'quarantined'),
+		       (SELECT count(*) FROM payments WHERE held)`).Scan(&deferred, &quarantined, &held)
+	if err != nil {
+		return
+	}
+	m.deferred.Set(float64(deferred))
+	m.quarantined.Set(float64(quarantined))
+	m.held.Set(float64(held))
+}
+
+func partitionLabel(p int32) string { return strconv.Itoa(int(p)) }
