@@ -104,47 +104,47 @@ func (a *applier) apply(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]resu
 }
 
 // reoffer gives the payment's deferred events another chance after a
-// transition, oldest fact first, until a pass makes no progress. A deferred
-// event is applied in the same transaction as its predecessor.
+// transition (payment.Machine.Resume decides, in occurred_at order, until a
+// pass makes no progress), so a deferred event is applied in the same
+// transaction as its predecessor.
 func (a *applier) reoffer(ctx context.Context, tx pgx.Tx, p *lockedPayment, source, paymentID string) ([]result, error) {
-	var results []result
-	for {
-		rows, err := tx.Query(ctx, `
-			SELECT id, COALESCE(event_id, ''), fact FROM inbox
-			 WHERE payment_key = $1 AND status = 'deferred' AND reason IS DISTINCT FROM $2
-			 ORDER BY occurred_at NULLS FIRST, id`, p.key, reasonPaymentHeld)
-		if err != nil {
-			return nil, fmt.Errorf("list deferred events: %w", err)
-		}
-		type deferred struct {
-			id      int64
-			eventID string
-			fact    payment.Fact
-		}
-		waiting, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferred, error) {
-			var d deferred
-			err := row.Scan(&d.id, &d.eventID, &d.fact)
-			return d, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("list deferred events: %w", err)
-		}
-		progress := false
-		for _, w := range waiting {
-			d := a.machine.Apply(p.state, w.fact)
-			if d.Outcome == payment.OutcomeDeferred {
-				continue
-			}
-			if err := a.persist(ctx, tx, p, source, paymentID, w.id, w.eventID, w.fact, d); err != nil {
-				return nil, err
-			}
-			results = append(results, result{source, string(d.Outcome), d.Reason})
-			progress = progress || d.Outcome == payment.OutcomeApplied
-		}
-		if !progress {
-			return results, nil
-		}
+	rows, err := tx.Query(ctx, `
+		SELECT id, COALESCE(event_id, ''), fact FROM inbox
+		 WHERE payment_key = $1 AND status = 'deferred' AND reason IS DISTINCT FROM $2
+		 ORDER BY id`, p.key, reasonPaymentHeld)
+	if err != nil {
+		return nil, fmt.Errorf("list deferred events: %w", err)
 	}
+	type deferred struct {
+		id      int64
+		eventID string
+		fact    payment.Fact
+	}
+	waiting, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferred, error) {
+		var d deferred
+		err := row.Scan(&d.id, &d.eventID, &d.fact)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list deferred events: %w", err)
+	}
+	if len(waiting) == 0 {
+		return nil, nil
+	}
+	facts := make([]payment.Fact, len(waiting))
+	for i, w := range waiting {
+		facts[i] = w.fact
+	}
+	settled := a.machine.Resume(p.state, facts)
+	results := make([]result, 0, len(settled.Resumed))
+	for _, r := range settled.Resumed {
+		w := waiting[r.Index]
+		if err := a.persist(ctx, tx, p, source, paymentID, w.id, w.eventID, w.fact, r.Decision); err != nil {
+			return nil, err
+		}
+		results = append(results, result{source, string(r.Decision.Outcome), r.Decision.Reason})
+	}
+	return results, nil
 }
 
 // lockedPayment is a payment row read FOR UPDATE inside the batch transaction.

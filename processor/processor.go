@@ -51,6 +51,10 @@ type Config struct {
 	// RetryBackoffMax caps the backoff between retries of a failed batch.
 	// Defaults to 5s.
 	RetryBackoffMax time.Duration
+	// SessionTimeout is how long the group waits for a silent member (a
+	// crashed processor) before giving its partitions to others. Defaults
+	// to 45s.
+	SessionTimeout time.Duration
 	// KafkaOpts are extra franz-go options (TLS, SASL, metrics hooks).
 	KafkaOpts []kgo.Opt
 	// Logger receives structured logs. Defaults to slog.Default().
@@ -88,6 +92,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.RetryBackoffMax == 0 {
 		c.RetryBackoffMax = 5 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 45 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -146,6 +153,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		kgo.ConsumerGroup(p.cfg.Group),
 		kgo.ConsumeTopics(p.cfg.Topic),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.SessionTimeout(p.cfg.SessionTimeout),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		// Offsets come from Postgres; a stored offset Kafka no longer has
@@ -200,6 +208,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	stopCopy()
 	<-copyDone
 	p.copyOffsets(context.Background(), cl)
+	// Leaving the group revokes our partitions, which BlockRebalanceOnPoll
+	// holds back until the poll loop allows it.
+	cl.AllowRebalance()
 	cl.Close()
 	p.log.Info("processor stopped")
 	return nil

@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
-		"fmt"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"

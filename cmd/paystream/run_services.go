@@ -85,6 +85,7 @@ type processorFlags struct {
 	Group           string        `help:"Consumer group." default:"paystream-processor" env:"PAYSTREAM_GROUP"`
 	BatchMaxRecords int           `help:"Most records applied in one transaction." default:"500" env:"PAYSTREAM_BATCH_MAX_RECORDS"`
 	BatchMaxWait    time.Duration `help:"How long to wait to fill a batch." default:"20ms" env:"PAYSTREAM_BATCH_MAX_WAIT"`
+	SessionTimeout  time.Duration `help:"How long the group waits for a silent (crashed) member before reassigning its partitions." default:"45s" env:"PAYSTREAM_SESSION_TIMEOUT"`
 }
 
 type processorCmd struct {
@@ -120,6 +121,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		Group:           c.Group,
 		BatchMaxRecords: c.BatchMaxRecords,
 		BatchMaxWait:    c.BatchMaxWait,
+		SessionTimeout:  c.SessionTimeout,
 		Logger:          e.log.With("component", "processor"),
 		Registerer:      e.reg,
 	})

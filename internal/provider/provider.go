@@ -5,6 +5,7 @@ package provider
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -89,9 +90,24 @@ type VerifyError struct {
 	Detail string
 }
 
+// Error implements error.
 func (e *VerifyError) Error() string {
 	if e.Detail == "" {
 		return "webhook not authentic: " + e.Reason
 	}
 	return "webhook not authentic: " + e.Reason + ": " + e.Detail
+}
+
+// ErrIrrelevant marks an authentic, well-formed payload that asserts nothing
+// paystream tracks: a Stripe refund that failed, a Mercado Pago notification
+// about another topic, a PagBank order with no charge yet. Errors wrapping it
+// also wrap ErrUnprocessable, so a caller that does not know it dead-letters
+// such events (the safe default); a caller that does should acknowledge them
+// and record them as ignored instead.
+var ErrIrrelevant = errors.New("event carries no payment fact")
+
+// Irrelevant returns an error wrapping both ErrUnprocessable and
+// ErrIrrelevant with a short reason.
+func Irrelevant(reason string) error {
+	return fmt.Errorf("%w: %w: %s", ErrUnprocessable, ErrIrrelevant, reason)
 }

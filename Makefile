@@ -1,0 +1,71 @@
+# paystream — `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+GO            ?= go
+GOLANGCI_LINT_VERSION := v2.6.2
+PKGS          := ./...
+DATA_DIR      ?= .data
+SOURCES       ?= deploy/sources.example.yaml
+STACK         := deploy/stack.sh
+FUZZTIME      ?= 60s
+
+# Integration tests need a real Postgres and Kafka. Unless the caller points
+# PAYSTREAM_TEST_* at its own, bring up the local stack and use it.
+define with_stack
+	if [ -z "$$PAYSTREAM_TEST_DATABASE_URL" ] || [ -z "$$PAYSTREAM_TEST_KAFKA_BROKERS" ]; then \
+		$(STACK) up >&2 && eval "$$($(STACK) env)"; \
+	fi;
+endef
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z0-9_-]+:.*##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+.PHONY: run
+run: build ## Run the whole pipeline in one process (embedded Kafka, private Postgres under .data/).
+	./bin/paystream dev --data-dir $(DATA_DIR) --sources $(SOURCES)
+
+.PHONY: build
+build: ## Build bin/paystream.
+	$(GO) build -o bin/paystream ./cmd/paystream
+
+.PHONY: test
+test: ## Run every test (race detector, shuffled) against the local stack, started if needed.
+	@$(with_stack) $(GO) test -race -shuffle=on -timeout 20m $(PKGS)
+
+.PHONY: test-short
+test-short: ## Run the pure unit tests only (no Postgres, no Kafka).
+	$(GO) test -race -shuffle=on -short $(PKGS)
+
+.PHONY: stack-up
+stack-up: ## Install (if missing) and start PostgreSQL and Kafka 4 (KRaft) on loopback.
+	$(STACK) up
+
+.PHONY: stack-down
+stack-down: ## Stop the local stack (data kept; `deploy/stack.sh down --purge` deletes it).
+	$(STACK) down
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME each (default 60s).
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for fn in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz' || true); do \
+			echo "== $$pkg $$fn"; $(GO) test -run='^$$' -fuzz="^$$fn$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+.PHONY: bench
+bench: ## Run the Go benchmarks (pure packages).
+	$(GO) test -run='^$$' -bench=. -benchmem ./internal/...
+
+.PHONY: lint
+lint: ## Run golangci-lint (pinned version).
+	$(GO) run github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION) run ./...
+
+.PHONY: tidy-check
+tidy-check: ## Fail if go.mod/go.sum are not tidy.
+	$(GO) mod tidy -diff
+
+.PHONY: clean
+clean: ## Remove build output and the dev data dir.
+	rm -rf bin $(DATA_DIR)

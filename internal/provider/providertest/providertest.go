@@ -1,0 +1,426 @@
+// Package providertest is the conformance suite every provider driver must
+// pass, plus the fuzz properties every driver's FuzzVerify and FuzzParse
+// targets share. A driver's _test.go describes itself with a Harness and
+// calls Run; its fuzz targets call FuzzVerify and FuzzParse.
+package providertest
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paystream/paystream/internal/provider"
+)
+
+// Harness describes one driver to the suite.
+type Harness struct {
+	// New builds the driver under test.
+	New provider.Factory
+	// Config is the base configuration. The suite sets Secrets itself.
+	Config provider.Config
+	// OldSecret and NewSecret are two valid secrets, configured together to
+	// test rotation: a request signed with either must verify.
+	OldSecret, NewSecret string
+	// WrongSecret is a well-formed secret that is not configured.
+	WrongSecret string
+	// Sign returns a request carrying body, authenticated with secret as the
+	// gateway would at time ts (Now is set to ts).
+	Sign func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request
+	// Tolerance is the allowed clock skew of a timestamped scheme; zero when
+	// the scheme carries no time. The suite checks both directions.
+	Tolerance time.Duration
+	// RequiredHeaders are removed one at a time: each removal must be
+	// rejected with provider.ReasonMissingHeader.
+	RequiredHeaders []string
+	// Tampers change a signed request in ways that must be rejected, beyond
+	// the body tampering the suite always tries (unless BodyUnsigned).
+	Tampers map[string]func(r *provider.Request)
+	// BodyUnsigned is true for schemes that do not cover the body (Asaas'
+	// static token, Mercado Pago's manifest): the suite then skips body
+	// tampering.
+	BodyUnsigned bool
+	// RefetchAll is true for drivers whose every event must be refetched
+	// before money moves (Mercado Pago): the suite then requires
+	// NeedsRefetch on every parsed fixture.
+	RefetchAll bool
+	// SignBody is the body Sign is called with for the verification tests.
+	// Defaults to the first fixture's body.
+	SignBody []byte
+	// Fixtures are realistic gateway payloads and what they normalize to.
+	Fixtures []Fixture
+}
+
+// Fixture is one payload and the Event it must normalize to.
+type Fixture struct {
+	Name string
+	Body []byte
+	// Query and Header are added to the request Parse sees (for gateways
+	// that put ids in the query string or headers).
+	Query  url.Values
+	Header http.Header
+	// Want is the expected Event; nil means Parse must fail with
+	// provider.ErrUnprocessable.
+	Want *provider.Event
+	// Irrelevant means Parse must fail with provider.ErrIrrelevant.
+	Irrelevant bool
+}
+
+// Now is the fixed time the suite signs and verifies at.
+var Now = time.Date(2024, 6, 12, 19, 45, 3, 0, time.UTC)
+
+func (h Harness) driver(t testing.TB, secrets ...string) provider.Driver {
+	t.Helper()
+	cfg := h.Config
+	cfg.Secrets = secrets
+	d, err := h.New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return d
+}
+
+func (h Harness) body() []byte {
+	if h.SignBody != nil {
+		return h.SignBody
+	}
+	if len(h.Fixtures) > 0 {
+		return h.Fixtures[0].Body
+	}
+	return []byte(`{}`)
+}
+
+func wantReason(t *testing.T, err error, reasons ...string) {
+	t.Helper()
+	var ve *provider.VerifyError
+	if !errors.As(err, &ve) {
+		t.Fatalf("Verify = %v, want a *provider.VerifyError", err)
+	}
+	for _, r := range reasons {
+		if ve.Reason == r {
+			return
+		}
+	}
+	t.Fatalf("Verify reason = %q (%v), want one of %v", ve.Reason, err, reasons)
+}
+
+// Run runs the conformance suite against h.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	t.Run("New rejects missing secrets", func(t *testing.T) {
+		t.Parallel()
+		cfg := h.Config
+		cfg.Secrets = nil
+		if _, err := h.New(cfg); err == nil {
+			t.Fatal("New accepted a config without secrets")
+		}
+	})
+	t.Run("valid signature accepted", func(t *testing.T) {
+		t.Parallel()
+		d := h.driver(t, h.OldSecret)
+		if err := d.Verify(h.Sign(t, h.OldSecret, h.body(), Now)); err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+	})
+	t.Run("rotation accepts old and new", func(t *testing.T) {
+		t.Parallel()
+		d := h.driver(t, h.OldSecret, h.NewSecret)
+		for _, s := range []string{h.OldSecret, h.NewSecret} {
+			if err := d.Verify(h.Sign(t, s, h.body(), Now)); err != nil {
+				t.Fatalf("Verify with one of two configured secrets: %v", err)
+			}
+		}
+		d = h.driver(t, h.NewSecret)
+		wantReason(t, d.Verify(h.Sign(t, h.OldSecret, h.body(), Now)), provider.ReasonBadSignature)
+	})
+	t.Run("wrong secret rejected", func(t *testing.T) {
+		t.Parallel()
+		d := h.driver(t, h.OldSecret, h.NewSecret)
+		wantReason(t, d.Verify(h.Sign(t, h.WrongSecret, h.body(), Now)), provider.ReasonBadSignature)
+	})
+	t.Run("tampering rejected", func(t *testing.T) {
+		t.Parallel()
+		d := h.driver(t, h.OldSecret)
+		tampers := map[string]func(*provider.Request){}
+		for k, v := range h.Tampers {
+			tampers[k] = v
+		}
+		if !h.BodyUnsigned {
+			tampers["body appended"] = func(r *provider.Request) { r.Body = append(append([]byte{}, r.Body...), ' ') }
+			tampers["body byte flipped"] = func(r *provider.Request) {
+				b := append([]byte{}, r.Body...)
+				b[len(b)/2] ^= 0x01
+				r.Body = b
+			}
+			tampers["body emptied"] = func(r *provider.Request) { r.Body = nil }
+		}
+		if len(tampers) == 0 {
+			t.Fatal("harness declares nothing to tamper with")
+		}
+		for name, tamper := range tampers {
+			r := h.Sign(t, h.OldSecret, h.body(), Now)
+			tamper(r)
+			err := d.Verify(r)
+			if err == nil {
+				t.Errorf("tampered %s: accepted", name)
+				continue
+			}
+			var ve *provider.VerifyError
+			if !errors.As(err, &ve) {
+				t.Errorf("tampered %s: Verify = %v, want *provider.VerifyError", name, err)
+			}
+		}
+	})
+	t.Run("missing headers rejected", func(t *testing.T) {
+		t.Parallel()
+		if len(h.RequiredHeaders) == 0 {
+			t.Fatal("harness declares no required headers")
+		}
+		d := h.driver(t, h.OldSecret)
+		for _, name := range h.RequiredHeaders {
+			r := h.Sign(t, h.OldSecret, h.body(), Now)
+			if r.Header.Get(name) == "" {
+				t.Fatalf("signed request lacks required header %s", name)
+			}
+			r.Header.Del(name)
+			wantReason(t, d.Verify(r), provider.ReasonMissingHeader)
+		}
+	})
+	t.Run("tolerance", func(t *testing.T) {
+		t.Parallel()
+		if h.Tolerance == 0 {
+			t.Skip("scheme carries no timestamp")
+		}
+		d := h.driver(t, h.OldSecret)
+		for _, skew := range []time.Duration{h.Tolerance - time.Second, -(h.Tolerance - time.Second)} {
+			r := h.Sign(t, h.OldSecret, h.body(), Now)
+			r.Now = Now.Add(skew)
+			if err := d.Verify(r); err != nil {
+				t.Errorf("skew %v within tolerance %v: %v", skew, h.Tolerance, err)
+			}
+		}
+		for _, skew := range []time.Duration{h.Tolerance + time.Second, -(h.Tolerance + time.Second), 24 * time.Hour, -24 * time.Hour} {
+			r := h.Sign(t, h.OldSecret, h.body(), Now)
+			r.Now = Now.Add(skew)
+			wantReason(t, d.Verify(r), provider.ReasonTimestamp)
+		}
+	})
+	t.Run("fixtures", func(t *testing.T) {
+		t.Parallel()
+		if len(h.Fixtures) == 0 {
+			t.Fatal("harness has no fixtures")
+		}
+		d := h.driver(t, h.OldSecret)
+		for _, fx := range h.Fixtures {
+			t.Run(fx.Name, func(t *testing.T) {
+				r := h.Sign(t, h.OldSecret, fx.Body, Now)
+				for k, v := range fx.Query {
+					if r.Query == nil {
+						r.Query = url.Values{}
+					}
+					r.Query[k] = v
+				}
+				for k, v := range fx.Header {
+					r.Header[k] = v
+				}
+				ev, err := d.Parse(r)
+				switch {
+				case fx.Irrelevant:
+					if !errors.Is(err, provider.ErrIrrelevant) {
+						t.Fatalf("Parse = %+v, %v; want ErrIrrelevant", ev, err)
+					}
+					return
+				case fx.Want == nil:
+					if !errors.Is(err, provider.ErrUnprocessable) || errors.Is(err, provider.ErrIrrelevant) {
+						t.Fatalf("Parse = %+v, %v; want ErrUnprocessable", ev, err)
+					}
+					return
+				case err != nil:
+					t.Fatalf("Parse: %v", err)
+				}
+				if !reflect.DeepEqual(ev, *fx.Want) {
+					t.Fatalf("Parse =\n  %+v\nwant\n  %+v", ev, *fx.Want)
+				}
+				if h.RefetchAll && !ev.NeedsRefetch {
+					t.Fatal("unsigned body parsed without NeedsRefetch")
+				}
+				if ev.DedupKey == "" || ev.PaymentID == "" || ev.Type == "" {
+					t.Fatalf("event lacks dedup key, payment id or type: %+v", ev)
+				}
+			})
+		}
+	})
+	t.Run("account scopes dedup key", func(t *testing.T) {
+		t.Parallel()
+		var fx *Fixture
+		for i := range h.Fixtures {
+			if h.Fixtures[i].Want != nil {
+				fx = &h.Fixtures[i]
+				break
+			}
+		}
+		if fx == nil {
+			t.Fatal("harness has no accepted fixture")
+		}
+		cfg := h.Config
+		cfg.Secrets = []string{h.OldSecret}
+		cfg.Account = "acct-7"
+		d, err := h.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := h.Sign(t, h.OldSecret, fx.Body, Now)
+		for k, v := range fx.Query {
+			if r.Query == nil {
+				r.Query = url.Values{}
+			}
+			r.Query[k] = v
+		}
+		for k, v := range fx.Header {
+			r.Header[k] = v
+		}
+		ev, err := d.Parse(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "acct-7:" + fx.Want.DedupKey; ev.DedupKey != want {
+			t.Fatalf("DedupKey = %q, want %q", ev.DedupKey, want)
+		}
+	})
+}
+
+// Request builds a request from the textual form the fuzz targets use:
+// header is "Name: value" lines, and a line starting with '?' is the raw
+// query string; now is unix seconds.
+func Request(header string, body []byte, now int64) *provider.Request {
+	r := &provider.Request{Header: http.Header{}, Query: url.Values{}, Body: body, Now: time.Unix(now, 0)}
+	sc := bufio.NewScanner(strings.NewReader(header))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "?") {
+			if q, err := url.ParseQuery(line[1:]); err == nil {
+				r.Query = q
+			}
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			r.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
+	}
+	return r
+}
+
+// Encode is the inverse of Request for the header and query: the textual
+// form a seed corpus entry uses.
+func Encode(r *provider.Request) string {
+	var b strings.Builder
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range r.Header[k] {
+			b.WriteString(k + ": " + v + "\n")
+		}
+	}
+	if len(r.Query) > 0 {
+		b.WriteString("?" + r.Query.Encode() + "\n")
+	}
+	return b.String()
+}
+
+// AddSeeds adds every fixture of h, signed with h.OldSecret, to f's seed
+// corpus in the (header, body, now) form of FuzzVerify and the (header,
+// body) form of FuzzParse, depending on parse.
+func AddSeeds(f *testing.F, h Harness, parse bool) {
+	for _, fx := range h.Fixtures {
+		r := h.Sign(f, h.OldSecret, fx.Body, Now)
+		if r.Query == nil {
+			r.Query = url.Values{}
+		}
+		for k, v := range fx.Query {
+			r.Query[k] = v
+		}
+		for k, v := range fx.Header {
+			r.Header[k] = v
+		}
+		if parse {
+			f.Add(Encode(r), fx.Body)
+		} else {
+			f.Add(Encode(r), fx.Body, Now.Unix())
+		}
+	}
+}
+
+// FuzzVerify checks the properties every verifier has on arbitrary input:
+// it never panics, a rejection is a *provider.VerifyError, and verification
+// is deterministic. When genuine is not nil, every accepted request must
+// also satisfy it: an oracle, written independently of the driver, for
+// "this request was signed with a configured secret". Call it from a
+// driver's FuzzVerify after adding seeds.
+func FuzzVerify(f *testing.F, d provider.Driver, genuine func(r *provider.Request) bool) {
+	f.Fuzz(func(t *testing.T, header string, body []byte, now int64) {
+		r := Request(header, body, now)
+		err := d.Verify(r)
+		if err != nil {
+			var ve *provider.VerifyError
+			if !errors.As(err, &ve) {
+				t.Fatalf("Verify error is not a *provider.VerifyError: %v", err)
+			}
+			return
+		}
+		if err := d.Verify(Request(header, body, now)); err != nil {
+			t.Fatalf("Verify accepted once, then rejected: %v", err)
+		}
+		if genuine != nil && !genuine(r) {
+			t.Fatalf("Verify accepted a request the oracle says is forged: %q", header)
+		}
+	})
+}
+
+// FuzzParse checks the properties every parser has on arbitrary input: it
+// never panics, a rejection wraps provider.ErrUnprocessable and produces no
+// event, an accepted event has a payment id, dedup key and non-negative
+// amount, re-parsing gives the same event, and the event survives a JSON
+// round trip unchanged.
+func FuzzParse(f *testing.F, d provider.Driver) {
+	f.Fuzz(func(t *testing.T, header string, body []byte) {
+		r := Request(header, body, Now.Unix())
+		ev, err := d.Parse(r)
+		if err != nil {
+			if !errors.Is(err, provider.ErrUnprocessable) {
+				t.Fatalf("Parse error does not wrap ErrUnprocessable: %v", err)
+			}
+			if !reflect.DeepEqual(ev, provider.Event{}) {
+				t.Fatalf("rejected parse returned an event: %+v", ev)
+			}
+			return
+		}
+		if ev.PaymentID == "" || ev.DedupKey == "" || ev.Type == "" {
+			t.Fatalf("accepted event lacks payment id, dedup key or type: %+v", ev)
+		}
+		if ev.Fact.AmountMinor < 0 {
+			t.Fatalf("negative amount accepted: %+v", ev)
+		}
+		again, err := d.Parse(Request(header, body, Now.Unix()))
+		if err != nil || !reflect.DeepEqual(again, ev) {
+			t.Fatalf("re-parse differs: %+v, %v; first %+v", again, err, ev)
+		}
+		b, err := json.Marshal(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back provider.Event
+		if err := json.Unmarshal(b, &back); err != nil || !reflect.DeepEqual(back, ev) {
+			t.Fatalf("JSON round trip: %+v, %v; want %+v", back, err, ev)
+		}
+	})
+}

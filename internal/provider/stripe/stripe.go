@@ -1,0 +1,145 @@
+// Package stripe is the provider driver for Stripe webhooks: the
+// Stripe-Signature header ("t=<unix>,v1=<hex HMAC-SHA256>") over
+// "{t}.{body}" keyed by the endpoint's signing secret, and Stripe's event
+// objects normalized onto payment facts keyed by PaymentIntent.
+package stripe
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/paystream/paystream/internal/provider"
+)
+
+// HeaderSignature is the header carrying Stripe's signature.
+const HeaderSignature = "Stripe-Signature"
+
+// DefaultTolerance is the allowed distance between the signed timestamp and
+// the time of verification, either way, when Config.Tolerance is zero. It is
+// Stripe's own default.
+const DefaultTolerance = 300 * time.Second
+
+// maxSignatures bounds how many v1 signatures of one header are compared.
+const maxSignatures = 16
+
+// Driver verifies and parses Stripe webhooks. Build it with New.
+type Driver struct {
+	secrets   [][]byte
+	tolerance time.Duration
+	account   string
+}
+
+var _ provider.Driver = (*Driver)(nil)
+
+// New builds a Driver. cfg.Secrets are endpoint signing secrets ("whsec_…",
+// used as the HMAC key as is, the way Stripe does); several allow rotation.
+// cfg.Tolerance defaults to DefaultTolerance.
+func New(cfg provider.Config) (provider.Driver, error) {
+	d := &Driver{tolerance: cfg.Tolerance, account: cfg.Account}
+	if d.tolerance == 0 {
+		d.tolerance = DefaultTolerance
+	}
+	if d.tolerance < 0 {
+		return nil, errors.New("stripe: Tolerance: must not be negative")
+	}
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("stripe: Secrets: at least one endpoint signing secret is required")
+	}
+	for i, s := range cfg.Secrets {
+		if s == "" {
+			return nil, fmt.Errorf("stripe: Secrets[%d]: empty", i)
+		}
+		if !strings.HasPrefix(s, "whsec_") {
+			return nil, fmt.Errorf("stripe: Secrets[%d]: an endpoint signing secret starts with whsec_ (is this an API key?)", i)
+		}
+		d.secrets = append(d.secrets, []byte(s))
+	}
+	return d, nil
+}
+
+// Verify checks the Stripe-Signature header: any v1 signature matching any
+// configured secret verifies, other schemes (v0) are ignored, and the signed
+// timestamp must be within the tolerance of r.Now either way.
+func (d *Driver) Verify(r *provider.Request) error {
+	header := r.Header.Get(HeaderSignature)
+	if header == "" {
+		return provider.Unauthentic(provider.ReasonMissingHeader, HeaderSignature)
+	}
+	var ts string
+	var sigs [][]byte
+	for _, part := range strings.Split(header, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "t":
+			if ts != "" {
+				return provider.Unauthentic(provider.ReasonMalformedHeader, "several timestamps in "+HeaderSignature)
+			}
+			ts = v
+		case "v1":
+			if len(sigs) == maxSignatures {
+				continue
+			}
+			if b, err := hex.DecodeString(v); err == nil {
+				sigs = append(sigs, b)
+			}
+		}
+	}
+	t, err := parseUnix(ts)
+	if err != nil {
+		return provider.Unauthentic(provider.ReasonMalformedHeader, "no valid t= in "+HeaderSignature)
+	}
+	if len(sigs) == 0 {
+		return provider.Unauthentic(provider.ReasonMalformedHeader, "no v1 signature in "+HeaderSignature)
+	}
+	ok := false
+	for _, secret := range d.secrets {
+		want := mac(secret, ts, r.Body)
+		for _, sig := range sigs {
+			if hmac.Equal(want, sig) {
+				ok = true
+			}
+		}
+	}
+	if !ok {
+		return provider.Unauthentic(provider.ReasonBadSignature, "no v1 signature matches")
+	}
+	if skew := r.Now.Sub(t); skew > d.tolerance || skew < -d.tolerance {
+		return provider.Unauthentic(provider.ReasonTimestamp, "t= too far from now")
+	}
+	return nil
+}
+
+// Sign returns the Stripe-Signature header value Stripe would send for body
+// at ts with secret. Tests and the load generator use it.
+func Sign(secret string, ts time.Time, body []byte) string {
+	t := strconv.FormatInt(ts.Unix(), 10)
+	return "t=" + t + ",v1=" + hex.EncodeToString(mac([]byte(secret), t, body))
+}
+
+func mac(secret []byte, ts string, body []byte) []byte {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(ts))
+	m.Write([]byte{'.'})
+	m.Write(body)
+	return m.Sum(nil)
+}
+
+func parseUnix(s string) (time.Time, error) {
+	if s == "" || len(s) > 12 || strings.TrimLeft(s, "0123456789") != "" {
+		return time.Time{}, errors.New("bad timestamp")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(n, 0), nil
+}

@@ -1,0 +1,104 @@
+// Package testenv gives integration tests the real Postgres and Kafka they
+// run against, isolated per test: a freshly migrated schema per [NewDB], a
+// uniquely named topic per [Topic], a unique consumer group per [Group]. It
+// also has the wait helpers tests use instead of sleeps ([Eventually],
+// [WaitFor]).
+//
+// The servers come from the environment:
+//
+//   - PAYSTREAM_TEST_DATABASE_URL: a database the tests may create schemas
+//     in, e.g. postgres://paystream@127.0.0.1:55432/paystream?sslmode=disable.
+//   - PAYSTREAM_TEST_KAFKA_BROKERS: comma-separated seed brokers, e.g.
+//     127.0.0.1:59092.
+//
+// `make stack-up` starts both locally and `eval "$(deploy/stack.sh env)"`
+// sets the variables. When a variable is unset and a Docker engine answers,
+// testenv starts the server in a container instead (postgres:16,
+// apache/kafka:4.1.1), once per test binary; a package whose tests may do
+// that calls [Main] (or [Wrap]) from TestMain so the containers go away
+// with the binary. With neither, the test fails, saying how to get a stack:
+// a missing database is a broken setup, not a reason to skip.
+package testenv
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// Environment variables naming the servers tests use.
+const (
+	EnvDatabaseURL  = "PAYSTREAM_TEST_DATABASE_URL"
+	EnvKafkaBrokers = "PAYSTREAM_TEST_KAFKA_BROKERS"
+)
+
+// howToStart ends every "no server" failure.
+const howToStart = `run 'make stack-up' and 'eval "$(deploy/stack.sh env)"', or set ` +
+	EnvDatabaseURL + ` and ` + EnvKafkaBrokers + `, or start Docker`
+
+// TestingM is what [Wrap] returns: a *testing.M whose Run also stops the
+// containers testenv started. goleak.VerifyTestMain accepts it.
+type TestingM interface {
+	Run() int
+}
+
+// Main runs the package's tests, stops the containers testenv started for
+// them, if any, and exits with the tests' status. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { testenv.Main(m) }
+func Main(m *testing.M) {
+	os.Exit(Wrap(m).Run())
+}
+
+// Wrap returns m with a Run that stops the containers testenv started once
+// the tests are done, for TestMains that run m themselves, such as
+// goleak's, which then checks for leaks after the containers are gone:
+//
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(testenv.Wrap(m)) }
+func Wrap(m *testing.M) TestingM {
+	return wrappedM{m}
+}
+
+type wrappedM struct{ m *testing.M }
+
+func (w wrappedM) Run() int {
+	code := w.m.Run()
+	if err := stopContainers(); err != nil {
+		os.Stderr.WriteString("testenv: " + err.Error() + "\n")
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// randomSuffix returns n random bytes in hex.
+func randomSuffix(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // never fails
+	return hex.EncodeToString(b)
+}
+
+// sanitizedName turns a test name into something safe in a Kafka topic or
+// group name: letters, digits and '-', at most max bytes.
+func sanitizedName(name string, max int) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range name {
+		if r < unicode.MaxASCII && (unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			b.WriteRune(r)
+			dash = false
+		} else if !dash {
+			b.WriteByte('-')
+			dash = true
+		}
+	}
+	s := strings.Trim(b.String(), "-")
+	if len(s) > max {
+		s = strings.TrimRight(s[:max], "-")
+	}
+	return s
+}
