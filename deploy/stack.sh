@@ -12,6 +12,9 @@
 set -euo pipefail
 
 readonly KAFKA_VERSION=4.1.1
+: "${HOME:=$(getent passwd "$(id -u)" | cut -d: -f6)}"
+# libpq variables from the caller's shell must not redirect our psql/pg_ctl calls.
+unset PGHOST PGHOSTADDR PGPORT PGUSER PGDATABASE PGSERVICE PGSSLMODE PGOPTIONS PGDATA
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 readonly SCRIPT_DIR
 
@@ -21,6 +24,7 @@ PG_PORT="${PAYSTREAM_STACK_PG_PORT:-55432}"
 KAFKA_PORT="${PAYSTREAM_STACK_KAFKA_PORT:-59092}"
 KAFKA_CONTROLLER_PORT="${PAYSTREAM_STACK_KAFKA_CONTROLLER_PORT:-$((KAFKA_PORT + 1))}"
 KAFKA_HEAP_OPTS="${PAYSTREAM_STACK_KAFKA_HEAP_OPTS:--Xms256m -Xmx1g}"
+KAFKA_SESSION_TIMEOUT_MS="${PAYSTREAM_STACK_KAFKA_SESSION_TIMEOUT_MS:-9000}"
 READY_TIMEOUT="${PAYSTREAM_STACK_TIMEOUT:-120}"
 
 # Absolute paths: the broker and postgres must not depend on the caller's cwd.
@@ -339,10 +343,10 @@ share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 # After a SIGKILL (kill-kafka) the restarted broker cannot register until the killed
-# incarnation's session expires (default 9 s). 6 s shortens kill+start while keeping margin
-# for a loaded CI box (heartbeats stuck in a busy controller queue still count as seen).
-broker.heartbeat.interval.ms=1000
-broker.session.timeout.ms=6000
+# incarnation's session expires, so kill+start takes about this long. Shorter sessions
+# get a live broker fenced on a starved CI box (seen at 6 s with load average 36 on 2 CPUs).
+broker.session.timeout.ms=$KAFKA_SESSION_TIMEOUT_MS
+broker.heartbeat.interval.ms=$((KAFKA_SESSION_TIMEOUT_MS / 3 < 2000 ? KAFKA_SESSION_TIMEOUT_MS / 3 : 2000))
 log.retention.hours=168
 num.recovery.threads.per.data.dir=2
 EOF

@@ -1,0 +1,295 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/ledger"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/testenv"
+)
+
+// history is one generated payment and the facts the gateway sends for it,
+// in the order they happened.
+type history struct {
+	key    string
+	id     string
+	events []provider.Event
+}
+
+// genHistories makes n payments, each created, paid, paid again (a
+// redelivery of the same event), then partially refunded.
+func genHistories(n int) []history {
+	base := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	out := make([]history, n)
+	for i := range out {
+		id := fmt.Sprintf("pay_%05d", i)
+		amount := int64(1000 + i)
+		at := base.Add(time.Duration(i) * time.Second)
+		ev := func(eventID, typ string, f payment.Fact) provider.Event {
+			return provider.Event{EventID: eventID, DedupKey: eventID, PaymentID: id, Type: typ, Fact: f}
+		}
+		out[i] = history{key: "acme:" + id, id: id, events: []provider.Event{
+			ev("evt_c_"+id, "payment.created", payment.Fact{Status: payment.StatusPending, AmountMinor: amount, Currency: "BRL", OccurredAt: at}),
+			ev("evt_p_"+id, "payment.paid", payment.Fact{Status: payment.StatusPaid, AmountMinor: amount, Currency: "BRL", OccurredAt: at.Add(time.Minute)}),
+			ev("evt_p_"+id, "payment.paid", payment.Fact{Status: payment.StatusPaid, AmountMinor: amount, Currency: "BRL", OccurredAt: at.Add(time.Minute)}),
+			ev("evt_r_"+id, "payment.partially_refunded", payment.Fact{Status: payment.StatusPartiallyRefunded, AmountMinor: 100, Currency: "BRL", RefundID: "re_" + id, OccurredAt: at.Add(2 * time.Minute)}),
+		}}
+	}
+	return out
+}
+
+func rawRecord(t *testing.T, topic, key string, ev provider.Event) *kgo.Record {
+	t.Helper()
+	env := envelope.Raw{Source: "acme", Driver: "standardwebhooks", PaymentKey: key, Event: ev, ReceivedAt: time.Now().UTC(), Body: []byte(`{}`)}
+	v, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
+}
+
+// processorProc is `paystream processor` running as a subprocess.
+type processorProc struct {
+	cmd *exec.Cmd
+	log *os.File
+}
+
+func startProcessor(t *testing.T, dbURL string, brokers []string, topic, group string, n int) *processorProc {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(t.TempDir(), fmt.Sprintf("processor-%d.log", n)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "processor",
+		"--kafka-brokers", brokers[0], "--database-url", dbURL, "--raw-topic", topic, "--group", group,
+		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "PAYSTREAM_METRICS_ADDR=")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &processorProc{cmd: cmd, log: logf}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("processor %d log:\n%s", n, b)
+		}
+		logf.Close()
+	})
+	return p
+}
+
+func (p *processorProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+}
+
+// TestProcessorSIGKILLMidStream kills the processor (a real subprocess) with
+// SIGKILL several times while traffic flows, restarting it each time, and
+// checks that no event is lost, none is applied twice, every payment's
+// ledger equals in-order delivery's and stored offsets never go backwards.
+func TestProcessorSIGKILLMidStream(t *testing.T) {
+	db := testenv.NewDB(t)
+	brokers := testenv.Kafka(t)
+	raw := testenv.Topic(t, "raw", 3)
+	group := testenv.Group(t)
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("seed %d", seed)
+
+	const payments = 300
+	hs := genHistories(payments)
+	var recs []*kgo.Record
+	// Interleave payments while keeping each one's events in order.
+	next := make([]int, payments)
+	for remaining := payments * 4; remaining > 0; {
+		i := rng.IntN(payments)
+		if next[i] == len(hs[i].events) {
+			continue
+		}
+		recs = append(recs, rawRecord(t, raw, hs[i].key, hs[i].events[next[i]]))
+		next[i]++
+		remaining--
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	half := len(recs) / 2
+	if err := cl.ProduceSync(context.Background(), recs[:half]...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Watch stored offsets the whole time: they must never decrease.
+	stopWatch := make(chan struct{})
+	var watch sync.WaitGroup
+	var regressions []string
+	watch.Add(1)
+	go func() {
+		defer watch.Done()
+		last := map[int32]int64{}
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			rows, err := db.Pool.Query(context.Background(), `SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1`, group)
+			if err != nil {
+				continue
+			}
+			for rows.Next() {
+				var p int32
+				var off int64
+				if rows.Scan(&p, &off) == nil {
+					if off < last[p] {
+						regressions = append(regressions, fmt.Sprintf("partition %d: %d after %d", p, off, last[p]))
+					}
+					last[p] = off
+				}
+			}
+			rows.Close()
+		}
+	}()
+
+	// The rest of the traffic arrives while the processor runs and dies.
+	var produce sync.WaitGroup
+	produce.Add(1)
+	go func() {
+		defer produce.Done()
+		for i := half; i < len(recs); i += 50 {
+			end := min(i+50, len(recs))
+			if err := cl.ProduceSync(context.Background(), recs[i:end]...).FirstErr(); err != nil {
+				t.Errorf("produce: %v", err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+
+	inboxCount := func() int { return count(t, db.Pool, `SELECT count(*) FROM inbox`) }
+	total := len(recs)
+	for n, frac := range []float64{0.15 + 0.2*rng.Float64(), 0.45 + 0.2*rng.Float64(), 0.75 + 0.1*rng.Float64()} {
+		p := startProcessor(t, db.URL, brokers, raw, group, n)
+		threshold := int(frac * float64(total))
+		testenv.Eventually(t, 90*time.Second, func() bool { return inboxCount() >= threshold },
+			"processor %d to reach %d inbox rows", n, threshold)
+		p.kill(t)
+		t.Logf("SIGKILLed processor %d at %d/%d inbox rows", n, inboxCount(), total)
+	}
+	produce.Wait()
+	startProcessor(t, db.URL, brokers, raw, group, 3)
+	testenv.Eventually(t, 120*time.Second, func() bool { return inboxCount() == total },
+		"all %d records in the inbox after the last restart", total)
+	close(stopWatch)
+	watch.Wait()
+
+	// Every record is in the inbox exactly once (the table has a unique
+	// (topic, partition, offset) key), and nothing is left half-done.
+	if n := count(t, db.Pool, `SELECT count(DISTINCT (topic, partition, kafka_offset)) FROM inbox`); n != total {
+		t.Errorf("distinct offsets in inbox = %d, want %d", n, total)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status = 'received'`); n != 0 {
+		t.Errorf("%d inbox rows left undecided", n)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE reason = 'duplicate_event'`); n != payments {
+		t.Errorf("duplicate deliveries recorded = %d, want %d", n, payments)
+	}
+	if len(regressions) > 0 {
+		t.Errorf("stored offsets went backwards: %v", regressions)
+	}
+	// Stored offsets reached the end of every partition.
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(context.Background(), raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends.Each(func(o kadm.ListedOffset) {
+		var stored int64
+		if err := db.Pool.QueryRow(context.Background(),
+			`SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND partition = $2`, group, o.Partition).Scan(&stored); err != nil {
+			t.Errorf("partition %d: stored offset: %v", o.Partition, err)
+			return
+		}
+		if stored != o.Offset {
+			t.Errorf("partition %d: stored offset %d, end offset %d", o.Partition, stored, o.Offset)
+		}
+	})
+
+	// Each payment's transitions and ledger equal in-order delivery's.
+	var m payment.Machine
+	wantPostings, wantTransitions := 0, 0
+	want := map[string]map[ledger.Key]int64{}
+	for _, h := range hs {
+		facts := make([]payment.Fact, len(h.events))
+		for i, e := range h.events {
+			facts[i] = e.Fact
+		}
+		r := m.Replay(payment.State{}, facts)
+		want[h.key] = r.State.Balances()
+		wantTransitions += len(r.Transitions)
+		for _, tr := range r.Transitions {
+			wantPostings += len(tr.Postings)
+		}
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM payment_transitions`); n != wantTransitions {
+		t.Errorf("transitions = %d, want %d", n, wantTransitions)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM ledger_postings`); n != wantPostings {
+		t.Errorf("ledger postings = %d, want %d (a duplicate would show here)", n, wantPostings)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM outbox`); n != wantTransitions {
+		t.Errorf("outbox events = %d, want one per transition (%d)", n, wantTransitions)
+	}
+	rows, err := db.Pool.Query(context.Background(), `SELECT payment_key, account, currency, sum(amount_minor) FROM ledger_postings GROUP BY 1, 2, 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[ledger.Key]int64{}
+	for rows.Next() {
+		var key string
+		var k ledger.Key
+		var sum int64
+		if err := rows.Scan(&key, &k.Account, &k.Currency, &sum); err != nil {
+			t.Fatal(err)
+		}
+		if got[key] == nil {
+			got[key] = map[ledger.Key]int64{}
+		}
+		if sum != 0 {
+			got[key][k] = sum
+		}
+	}
+	rows.Close()
+	for key, w := range want {
+		for k, v := range w {
+			if got[key][k] != v {
+				t.Errorf("%s %s/%s balance = %d, want %d", key, k.Account, k.Currency, got[key][k], v)
+			}
+		}
+		if len(got[key]) != len(w) {
+			t.Errorf("%s: ledger accounts %v, want %v", key, got[key], w)
+		}
+	}
+}
