@@ -72,6 +72,11 @@ take_lock() {
   flock -w 600 9 || die "could not lock $STACK_DIR/.lock within 600s"
 }
 
+# Prefix for `bash -c` that closes every inherited fd above 2 before exec'ing a daemon, so
+# no caller's pipe (CI runner, $(...) capture) or our lock stays open in postgres/java.
+# shellcheck disable=SC2016 # expanded by the inner bash
+readonly CLOSE_FDS='for f in /proc/$$/fd/*; do n=${f##*/}; if ((n > 2)); then eval "exec $n>&-"; fi; done 2>/dev/null; '
+
 port_open() { timeout 1 bash -c ">/dev/tcp/127.0.0.1/$1" 2>/dev/null; }
 
 # apt-get install, retrying after `apt-get update` (fresh images have no package lists).
@@ -199,7 +204,8 @@ pg_start() {
   fi
   pg_write_conf
   log "postgres: starting on 127.0.0.1:$PG_PORT"
-  as_pg "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t "$READY_TIMEOUT" start \
+  as_pg bash -c "$CLOSE_FDS"'exec "$@"' pg_ctl \
+    "$PG_BIN/pg_ctl" -D "$PGDATA" -l "$PG_LOG" -w -t "$READY_TIMEOUT" start \
     </dev/null >/dev/null 2>&1 9>&- \
     || { tail -n 40 "$PG_LOG" >&2; die "postgres did not start within ${READY_TIMEOUT}s (log: $PG_LOG)"; }
   pg_wait_ready
@@ -415,7 +421,7 @@ kafka_start() {
   log "kafka: starting Apache Kafka $(cached_kafka_version) (KRaft) on $BROKERS"
   # setsid: own session, survives the caller; the inner bash records its pid and execs java.
   # shellcheck disable=SC2086,SC2016 # KAFKA_HEAP_OPTS is a list of JVM flags; $$ is the inner bash's
-  setsid bash -c 'echo $$ >"$0"; exec "$@"' "$K_PIDFILE" \
+  setsid bash -c "$CLOSE_FDS"'echo $$ >"$0"; exec "$@"' "$K_PIDFILE" \
     "$JAVA" $KAFKA_HEAP_OPTS -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -XX:+ExitOnOutOfMemoryError \
     -Djava.awt.headless=true -Dkafka.logs.dir="$K_LOG_DIR" -Dlog4j2.configurationFile="$K_LOG4J" \

@@ -3,7 +3,6 @@ package processor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,9 +16,13 @@ import (
 
 // Inbox reasons the processor itself assigns (the machine assigns the rest).
 const (
-	reasonDuplicateEvent = "duplicate_event"
-	reasonPaymentHeld    = "payment_held"
+	reasonDuplicateEvent  = "duplicate_event"
+	reasonPaymentHeld     = "payment_held"
+	reasonAwaitingRefetch = "awaiting_refetch"
 )
+
+// outcomeQuarantined is the inbox status of a record that failed deterministically.
+const outcomeQuarantined = "quarantined"
 
 // result is what applying one record did, for metrics.
 type result struct {
@@ -28,186 +31,294 @@ type result struct {
 	reason  string
 }
 
-// applier writes one record's effects inside the batch transaction.
+// applier turns records into their effects inside a batch transaction.
 type applier struct {
 	machine payment.Machine
 	now     func() time.Time
 }
 
-// apply records one raw record in the inbox and, unless it is a duplicate,
-// runs it through the payment machine and persists what the machine decided.
-// Every write happens in tx; nothing here commits.
-func (a *applier) apply(ctx context.Context, tx pgx.Tx, rec *kgo.Record) ([]result, error) {
-	env, err := envelope.DecodeRaw(rec.Value)
-	if err != nil {
-		return nil, poison("decode record: %w", err)
-	}
-	factJSON, err := json.Marshal(env.Event.Fact)
-	if err != nil {
-		return nil, poison("encode fact: %w", err)
-	}
-	ev := env.Event
-	occurred := nullTime(ev.Fact.OccurredAt)
+// delivery is one decoded record and what became of it.
+type delivery struct {
+	rec     *kgo.Record
+	env     envelope.Raw
+	inboxID int64 // 0 for a redelivery of an event already in the inbox
+}
 
-	var inboxID int64
-	err = tx.QueryRow(ctx, `
-		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, fact, payload,
-		                   topic, partition, kafka_offset, occurred_at, received_at)
-		VALUES ($1, $2, NULLIF($3, ''), $4, $5, 'received', $6, $7, $8, $9, $10, $11, $12)
-		ON CONFLICT (source, dedup_key) WHERE duplicate_of IS NULL DO NOTHING
-		RETURNING id`,
-		env.Source, ev.DedupKey, ev.EventID, ev.Type, env.PaymentKey, factJSON, rec.Value,
-		rec.Topic, rec.Partition, rec.Offset, occurred, env.ReceivedAt,
-	).Scan(&inboxID)
-	if errors.Is(err, pgx.ErrNoRows) {
-		// A redelivery: record it, pointing at the first delivery, and stop.
-		_, err = tx.Exec(ctx, `
-			INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
-			                   topic, partition, kafka_offset, occurred_at, received_at)
-			SELECT $1, $2, NULLIF($3, ''), $4, $5, 'ignored', $6, id, $7, $8, $9, $10, $11
-			  FROM inbox WHERE source = $1 AND dedup_key = $2 AND duplicate_of IS NULL`,
-			env.Source, ev.DedupKey, ev.EventID, ev.Type, env.PaymentKey, reasonDuplicateEvent,
-			rec.Topic, rec.Partition, rec.Offset, occurred, env.ReceivedAt)
+// waiting is a deferred inbox event that may apply after a transition.
+type waiting struct {
+	inboxID int64
+	eventID string
+	fact    payment.Fact
+}
+
+// paymentRow is a payment read FOR UPDATE, then advanced in memory.
+type paymentRow struct {
+	key       string
+	source    string
+	paymentID string
+	held      bool
+	state     payment.State
+	changed   bool
+	lastEvent time.Time
+	waiting   []waiting
+}
+
+// writes are the rows a batch writes once its decisions are made.
+type writes struct {
+	inboxIDs     []int64
+	inboxStatus  []string
+	inboxReason  []string
+	trKey        []string
+	trVersion    []int64
+	trFrom       []string
+	trTo         []string
+	trKind       []string
+	trAmount     []int64
+	trCurrency   []string
+	trRefundID   []string
+	trInboxID    []int64
+	postKey      []string
+	postVersion  []int64
+	postAccount  []string
+	postAmount   []int64
+	postCurrency []string
+	outKey       []string
+	outVersion   []int64
+	outEventID   []string
+	outPayload   []string
+}
+
+// applyBatch applies recs (one partition's, in offset order, all at or past
+// the stored offset) inside tx with a fixed number of round trips whatever
+// the batch size: one pipeline records every delivery in the inbox
+// (deduplicating on the unique key), locks the payments involved and loads
+// their deferred events; the machine then decides every event in memory, in
+// offset order; a second pipeline writes the inbox outcomes, transitions,
+// ledger postings, outbox events and payment states.
+//
+// A record that cannot be applied deterministically (undecodable, an
+// invalid fact, a value Postgres refuses) fails the call with a poison
+// error; the caller then retries record by record under savepoints to
+// quarantine just that record.
+func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) ([]result, error) {
+	ds := make([]delivery, len(recs))
+	for i, rec := range recs {
+		env, err := envelope.DecodeRaw(rec.Value)
 		if err != nil {
-			return nil, fmt.Errorf("record duplicate delivery: %w", err)
+			return nil, poison("decode record at offset %d: %w", rec.Offset, err)
 		}
-		return []result{{env.Source, string(payment.OutcomeIgnored), reasonDuplicateEvent}}, nil
+		ds[i] = delivery{rec: rec, env: env}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("insert inbox row: %w", err)
-	}
-
-	p, err := lockPayment(ctx, tx, env.PaymentKey)
+	payments, err := a.recordDeliveries(ctx, tx, ds)
 	if err != nil {
 		return nil, err
 	}
-	if p.held {
-		if err := setInboxStatus(ctx, tx, inboxID, payment.OutcomeDeferred, reasonPaymentHeld); err != nil {
-			return nil, err
-		}
-		return []result{{env.Source, string(payment.OutcomeDeferred), reasonPaymentHeld}}, nil
-	}
 
-	d := a.machine.Apply(p.state, ev.Fact)
-	if err := a.persist(ctx, tx, &p, env.Source, ev.PaymentID, inboxID, ev.EventID, ev.Fact, d); err != nil {
-		return nil, err
-	}
-	results := []result{{env.Source, string(d.Outcome), d.Reason}}
-	if d.Outcome == payment.OutcomeApplied {
-		more, err := a.reoffer(ctx, tx, &p, env.Source, ev.PaymentID)
-		if err != nil {
+	var w writes
+	results := make([]result, 0, len(ds))
+	for i := range ds {
+		d := &ds[i]
+		if d.inboxID == 0 {
+			results = append(results, result{d.env.Source, string(payment.OutcomeIgnored), reasonDuplicateEvent})
+			continue
+		}
+		p := payments[d.env.PaymentKey]
+		ev := d.env.Event
+		if p.held {
+			w.inbox(d.inboxID, payment.OutcomeDeferred, reasonPaymentHeld)
+			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonPaymentHeld})
+			continue
+		}
+		if ev.NeedsRefetch {
+			// The body is thin or unsigned: no money moves on it until the
+			// payment's state is refetched from the gateway.
+			w.inbox(d.inboxID, payment.OutcomeDeferred, reasonAwaitingRefetch)
+			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonAwaitingRefetch})
+			continue
+		}
+		dec := a.machine.Apply(p.state, ev.Fact)
+		if dec.Outcome == payment.OutcomeIgnored && dec.Reason == payment.ReasonInvalidFact {
+			return nil, poison("record at offset %d: invalid fact", d.rec.Offset)
+		}
+		w.inbox(d.inboxID, dec.Outcome, dec.Reason)
+		results = append(results, result{d.env.Source, string(dec.Outcome), dec.Reason})
+		switch dec.Outcome {
+		case payment.OutcomeDeferred:
+			p.waiting = append(p.waiting, waiting{d.inboxID, ev.EventID, ev.Fact})
+			continue
+		case payment.OutcomeIgnored:
+			continue
+		}
+		if err := a.transition(&w, p, d.inboxID, ev.EventID, ev.Fact, dec); err != nil {
 			return nil, err
 		}
-		results = append(results, more...)
+		// Deferred events whose predecessor just arrived apply now, in
+		// this same transaction.
+		if len(p.waiting) == 0 {
+			continue
+		}
+		facts := make([]payment.Fact, len(p.waiting))
+		for j, wt := range p.waiting {
+			facts[j] = wt.fact
+		}
+		settled := a.machine.Resume(p.state, facts)
+		done := make([]bool, len(p.waiting))
+		for _, r := range settled.Resumed {
+			wt := p.waiting[r.Index]
+			done[r.Index] = true
+			w.inbox(wt.inboxID, r.Decision.Outcome, r.Decision.Reason)
+			results = append(results, result{d.env.Source, string(r.Decision.Outcome), r.Decision.Reason})
+			if r.Decision.Outcome == payment.OutcomeApplied {
+				if err := a.transition(&w, p, wt.inboxID, wt.eventID, wt.fact, r.Decision); err != nil {
+					return nil, err
+				}
+			}
+		}
+		kept := p.waiting[:0]
+		for j, wt := range p.waiting {
+			if !done[j] {
+				kept = append(kept, wt)
+			}
+		}
+		p.waiting = kept
+	}
+	if err := a.write(ctx, tx, &w, payments); err != nil {
+		return nil, err
 	}
 	return results, nil
 }
 
-// reoffer gives the payment's deferred events another chance after a
-// transition (payment.Machine.Resume decides, in occurred_at order, until a
-// pass makes no progress), so a deferred event is applied in the same
-// transaction as its predecessor.
-func (a *applier) reoffer(ctx context.Context, tx pgx.Tx, p *lockedPayment, source, paymentID string) ([]result, error) {
-	rows, err := tx.Query(ctx, `
-		SELECT id, COALESCE(event_id, ''), fact FROM inbox
-		 WHERE payment_key = $1 AND status = 'deferred' AND reason IS DISTINCT FROM $2
-		 ORDER BY id`, p.key, reasonPaymentHeld)
-	if err != nil {
-		return nil, fmt.Errorf("list deferred events: %w", err)
-	}
-	type deferred struct {
-		id      int64
-		eventID string
-		fact    payment.Fact
-	}
-	waiting, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (deferred, error) {
-		var d deferred
-		err := row.Scan(&d.id, &d.eventID, &d.fact)
-		return d, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list deferred events: %w", err)
-	}
-	if len(waiting) == 0 {
-		return nil, nil
-	}
-	facts := make([]payment.Fact, len(waiting))
-	for i, w := range waiting {
-		facts[i] = w.fact
-	}
-	settled := a.machine.Resume(p.state, facts)
-	results := make([]result, 0, len(settled.Resumed))
-	for _, r := range settled.Resumed {
-		w := waiting[r.Index]
-		if err := a.persist(ctx, tx, p, source, paymentID, w.id, w.eventID, w.fact, r.Decision); err != nil {
-			return nil, err
+// recordDeliveries inserts every delivery into the inbox — first deliveries
+// as 'received', redeliveries as ignored duplicates pointing at the first —
+// and returns the payments of the first deliveries, locked, with their
+// deferred events. One round trip.
+func (a *applier) recordDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) (map[string]*paymentRow, error) {
+	n := len(ds)
+	topic, partition := ds[0].rec.Topic, ds[0].rec.Partition
+	var (
+		sources, dedups, eventIDs, types, keys, facts = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		payloads                                      = make([][]byte, n)
+		offsets                                       = make([]int64, n)
+		occurred                                      = make([]*time.Time, n)
+		received                                      = make([]time.Time, n)
+	)
+	byOffset := make(map[int64]*delivery, n)
+	var paymentKeys []string
+	payments := map[string]*paymentRow{}
+	for i := range ds {
+		d := &ds[i]
+		ev := d.env.Event
+		fact, err := json.Marshal(ev.Fact)
+		if err != nil {
+			return nil, poison("encode fact: %w", err)
 		}
-		results = append(results, result{source, string(r.Decision.Outcome), r.Decision.Reason})
+		sources[i], dedups[i], eventIDs[i], types[i], keys[i], facts[i] = d.env.Source, ev.DedupKey, ev.EventID, ev.Type, d.env.PaymentKey, string(fact)
+		payloads[i], offsets[i], occurred[i], received[i] = d.rec.Value, d.rec.Offset, nullTime(ev.Fact.OccurredAt), d.env.ReceivedAt
+		byOffset[d.rec.Offset] = d
+		if payments[d.env.PaymentKey] == nil {
+			payments[d.env.PaymentKey] = &paymentRow{key: d.env.PaymentKey, source: d.env.Source, paymentID: ev.PaymentID}
+			paymentKeys = append(paymentKeys, d.env.PaymentKey)
+		}
 	}
-	return results, nil
-}
-
-// lockedPayment is a payment row read FOR UPDATE inside the batch transaction.
-type lockedPayment struct {
-	key    string
-	exists bool
-	held   bool
-	state  payment.State
-}
-
-func lockPayment(ctx context.Context, tx pgx.Tx, key string) (lockedPayment, error) {
-	p := lockedPayment{key: key}
-	err := tx.QueryRow(ctx, `SELECT state, held FROM payments WHERE payment_key = $1 FOR UPDATE`, key).Scan(&p.state, &p.held)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return p, nil
-	case err != nil:
-		return p, fmt.Errorf("lock payment: %w", err)
-	}
-	p.exists = true
-	return p, nil
-}
-
-// persist writes a machine decision: the inbox row's outcome and, for an
-// applied fact, the payment's new state, one transition row per transition
-// with its ledger postings, and one outbox event per transition.
-func (a *applier) persist(ctx context.Context, tx pgx.Tx, p *lockedPayment, source, paymentID string, inboxID int64, eventID string, fact payment.Fact, d payment.Decision) error {
-	if d.Outcome != payment.OutcomeApplied {
-		return setInboxStatus(ctx, tx, inboxID, d.Outcome, d.Reason)
-	}
-	if len(d.Transitions) == 0 {
-		return poison("machine applied a fact without a transition")
-	}
-	stateJSON, err := json.Marshal(d.State)
-	if err != nil {
-		return poison("encode payment state: %w", err)
-	}
-	now := a.now().UTC()
 
 	b := &pgx.Batch{}
 	b.Queue(`
-		INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state, last_event_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-		ON CONFLICT (payment_key) DO UPDATE
-		   SET status = EXCLUDED.status, version = EXCLUDED.version, amount_minor = EXCLUDED.amount_minor,
-		       currency = EXCLUDED.currency, state = EXCLUDED.state,
-		       last_event_at = GREATEST(payments.last_event_at, EXCLUDED.last_event_at), updated_at = now()`,
-		p.key, source, paymentID, string(d.State.Status), d.State.Version, d.State.AmountMinor, d.State.Currency,
-		stateJSON, nullTime(fact.OccurredAt))
-	for _, t := range d.Transitions {
-		b.Queue(`
-			INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, refund_id, inbox_id)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), $9)`,
-			p.key, t.Version, string(t.From), string(t.To), t.Kind, t.AmountMinor, t.Currency, t.RefundID, inboxID)
+		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, fact, payload,
+		                   topic, partition, kafka_offset, occurred_at, received_at)
+		SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'received', u.fact::jsonb, u.payload,
+		       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+		  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bytea[],
+		              $10::bigint[], $11::timestamptz[], $12::timestamptz[])
+		       AS u(source, dedup_key, event_id, event_type, payment_key, fact, payload, kafka_offset, occurred_at, received_at)
+		 ORDER BY u.kafka_offset
+		ON CONFLICT (source, dedup_key) WHERE duplicate_of IS NULL DO NOTHING
+		RETURNING id, kafka_offset`,
+		topic, partition, sources, dedups, eventIDs, types, keys, facts, payloads, offsets, occurred, received,
+	).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, off int64
+			if err := rows.Scan(&id, &off); err != nil {
+				return err
+			}
+			byOffset[off].inboxID = id
+		}
+		return rows.Err()
+	})
+	b.Queue(`
+		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
+		                   topic, partition, kafka_offset, occurred_at, received_at)
+		SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $11, f.id,
+		       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+		  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::timestamptz[])
+		       AS u(source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at)
+		  JOIN inbox f ON f.source = u.source AND f.dedup_key = u.dedup_key AND f.duplicate_of IS NULL
+		 WHERE NOT (f.topic = $1 AND f.partition = $2 AND f.kafka_offset = u.kafka_offset)
+		 ORDER BY u.kafka_offset`,
+		topic, partition, sources, dedups, eventIDs, types, keys, offsets, occurred, received, reasonDuplicateEvent,
+	)
+	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1) ORDER BY payment_key FOR UPDATE`, paymentKeys).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var key string
+				var st payment.State
+				var held bool
+				if err := rows.Scan(&key, &st, &held); err != nil {
+					return err
+				}
+				p := payments[key]
+				p.state, p.held = st, held
+			}
+			return rows.Err()
+		})
+	b.Queue(`
+		SELECT id, payment_key, COALESCE(event_id, ''), fact FROM inbox
+		 WHERE payment_key = ANY($1) AND status = 'deferred' AND reason IS DISTINCT FROM $2
+		 ORDER BY id`, paymentKeys, reasonPaymentHeld).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var wt waiting
+				var key string
+				if err := rows.Scan(&wt.inboxID, &key, &wt.eventID, &wt.fact); err != nil {
+					return err
+				}
+				payments[key].waiting = append(payments[key].waiting, wt)
+			}
+			return rows.Err()
+		})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("record deliveries: %w", err)
+	}
+	return payments, nil
+}
+
+// transition queues the rows of an applied decision and advances p.
+func (a *applier) transition(w *writes, p *paymentRow, inboxID int64, eventID string, fact payment.Fact, dec payment.Decision) error {
+	if len(dec.Transitions) == 0 {
+		return poison("machine applied a fact without a transition")
+	}
+	now := a.now().UTC()
+	for _, t := range dec.Transitions {
+		w.trKey = append(w.trKey, p.key)
+		w.trVersion = append(w.trVersion, t.Version)
+		w.trFrom = append(w.trFrom, string(t.From))
+		w.trTo = append(w.trTo, string(t.To))
+		w.trKind = append(w.trKind, t.Kind)
+		w.trAmount = append(w.trAmount, t.AmountMinor)
+		w.trCurrency = append(w.trCurrency, t.Currency)
+		w.trRefundID = append(w.trRefundID, t.RefundID)
+		w.trInboxID = append(w.trInboxID, inboxID)
 		for _, ps := range t.Postings {
-			b.Queue(`INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency) VALUES ($1, $2, $3, $4, $5)`,
-				p.key, t.Version, ps.Account, ps.AmountMinor, ps.Currency)
+			w.postKey = append(w.postKey, p.key)
+			w.postVersion = append(w.postVersion, t.Version)
+			w.postAccount = append(w.postAccount, ps.Account)
+			w.postAmount = append(w.postAmount, ps.AmountMinor)
+			w.postCurrency = append(w.postCurrency, ps.Currency)
 		}
 		ev := envelope.State{
 			EventID:        envelope.StateEventID(p.key, t.Version),
 			PaymentKey:     p.key,
-			Source:         source,
-			PaymentID:      paymentID,
+			Source:         p.source,
+			PaymentID:      p.paymentID,
 			Version:        t.Version,
 			Status:         t.To,
 			PreviousStatus: t.From,
@@ -215,7 +326,7 @@ func (a *applier) persist(ctx context.Context, tx pgx.Tx, p *lockedPayment, sour
 			AmountMinor:    t.AmountMinor,
 			Currency:       t.Currency,
 			RefundID:       t.RefundID,
-			Payment:        d.State,
+			Payment:        dec.State,
 			SourceEventID:  eventID,
 			OccurredAt:     fact.OccurredAt,
 			RecordedAt:     now,
@@ -224,23 +335,87 @@ func (a *applier) persist(ctx context.Context, tx pgx.Tx, p *lockedPayment, sour
 		if err != nil {
 			return poison("encode state event: %w", err)
 		}
-		b.Queue(`INSERT INTO outbox (payment_key, version, event_id, payload) VALUES ($1, $2, $3, $4)`,
-			p.key, t.Version, ev.EventID, payload)
+		w.outKey = append(w.outKey, p.key)
+		w.outVersion = append(w.outVersion, t.Version)
+		w.outEventID = append(w.outEventID, ev.EventID)
+		w.outPayload = append(w.outPayload, string(payload))
 	}
-	b.Queue(`UPDATE inbox SET status = 'processed', reason = NULL, attempts = attempts + 1, processed_at = now() WHERE id = $1`, inboxID)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return fmt.Errorf("write transition: %w", err)
+	p.state = dec.State
+	p.changed = true
+	if fact.OccurredAt.After(p.lastEvent) {
+		p.lastEvent = fact.OccurredAt
 	}
-	p.state = d.State
-	p.exists = true
 	return nil
 }
 
-func setInboxStatus(ctx context.Context, tx pgx.Tx, id int64, outcome payment.Outcome, reason string) error {
-	_, err := tx.Exec(ctx, `UPDATE inbox SET status = $2, reason = NULLIF($3, ''), attempts = attempts + 1, processed_at = now() WHERE id = $1`,
-		id, string(outcome), reason)
-	if err != nil {
-		return fmt.Errorf("update inbox status: %w", err)
+func (w *writes) inbox(id int64, outcome payment.Outcome, reason string) {
+	w.inboxIDs = append(w.inboxIDs, id)
+	w.inboxStatus = append(w.inboxStatus, string(outcome))
+	w.inboxReason = append(w.inboxReason, reason)
+}
+
+// write sends every row the batch decided on in one pipeline.
+func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, payments map[string]*paymentRow) error {
+	b := &pgx.Batch{}
+	if len(w.inboxIDs) > 0 {
+		b.Queue(`
+			UPDATE inbox SET status = u.status, reason = NULLIF(u.reason, ''), attempts = attempts + 1, processed_at = now()
+			  FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, status, reason)
+			 WHERE inbox.id = u.id`, w.inboxIDs, w.inboxStatus, w.inboxReason)
+	}
+	var (
+		keys, sources, ids, statuses, currencies, states []string
+		versions, amounts                                []int64
+		lastEvents                                       []*time.Time
+	)
+	for _, p := range payments {
+		if !p.changed {
+			continue
+		}
+		st, err := json.Marshal(p.state)
+		if err != nil {
+			return poison("encode payment state: %w", err)
+		}
+		keys, sources, ids = append(keys, p.key), append(sources, p.source), append(ids, p.paymentID)
+		statuses, currencies, states = append(statuses, string(p.state.Status)), append(currencies, p.state.Currency), append(states, string(st))
+		versions, amounts, lastEvents = append(versions, p.state.Version), append(amounts, p.state.AmountMinor), append(lastEvents, nullTime(p.lastEvent))
+	}
+	if len(keys) > 0 {
+		b.Queue(`
+			INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state, last_event_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::jsonb[], $9::timestamptz[])
+			ON CONFLICT (payment_key) DO UPDATE
+			   SET status = EXCLUDED.status, version = EXCLUDED.version, amount_minor = EXCLUDED.amount_minor,
+			       currency = EXCLUDED.currency, state = EXCLUDED.state,
+			       last_event_at = GREATEST(payments.last_event_at, EXCLUDED.last_event_at), updated_at = now()`,
+			keys, sources, ids, statuses, versions, amounts, currencies, states, lastEvents)
+	}
+	if len(w.trKey) > 0 {
+		b.Queue(`
+			INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, refund_id, inbox_id)
+			SELECT k, v, f, t, kind, amt, cur, NULLIF(ref, ''), inbox
+			  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::bigint[])
+			       AS u(k, v, f, t, kind, amt, cur, ref, inbox)`,
+			w.trKey, w.trVersion, w.trFrom, w.trTo, w.trKind, w.trAmount, w.trCurrency, w.trRefundID, w.trInboxID)
+	}
+	if len(w.postKey) > 0 {
+		b.Queue(`
+			INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency)
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::text[])`,
+			w.postKey, w.postVersion, w.postAccount, w.postAmount, w.postCurrency)
+	}
+	if len(w.outKey) > 0 {
+		b.Queue(`
+			INSERT INTO outbox (payment_key, version, event_id, payload)
+			SELECT k, v, e, p::jsonb FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[]) AS u(k, v, e, p)
+			 ORDER BY k, v`,
+			w.outKey, w.outVersion, w.outEventID, w.outPayload)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("write effects: %w", err)
 	}
 	return nil
 }
@@ -263,8 +438,8 @@ func quarantine(ctx context.Context, tx pgx.Tx, rec *kgo.Record, cause error) (r
 	if len(reason) > 1000 {
 		reason = reason[:1000]
 	}
-	// The record's own dedup slot may be taken (its first delivery was
-	// quarantined too); then it is recorded against that first delivery.
+	// The record's own dedup slot may be taken (by its first delivery);
+	// then it is recorded against that first delivery.
 	_, err := tx.Exec(ctx, `
 		INSERT INTO inbox (source, dedup_key, event_type, payment_key, status, reason, payload, topic, partition, kafka_offset, received_at, duplicate_of)
 		VALUES ($1, $2, $3, $4, 'quarantined', $5, $6, $7, $8, $9, $10,
@@ -283,7 +458,7 @@ func quarantine(ctx context.Context, tx pgx.Tx, rec *kgo.Record, cause error) (r
 			return result{}, fmt.Errorf("hold payment: %w", err)
 		}
 	}
-	return result{source, "quarantined", "poison"}, nil
+	return result{source, outcomeQuarantined, "poison"}, nil
 }
 
 // cleanText makes s storable as Postgres text: valid UTF-8 without NUL.
@@ -297,3 +472,4 @@ func nullTime(t time.Time) *time.Time {
 	}
 	return &t
 }
+

@@ -35,6 +35,7 @@ type beginner interface {
 type batchOutcome struct {
 	next    int64 // the partition's next offset after the commit
 	applied int   // records at or past the stored offset
+	slow    bool  // the batch was applied record by record (it held poison)
 	results []result
 }
 
@@ -42,10 +43,23 @@ type batchOutcome struct {
 // transaction that also advances the partition's stored offset. It locks the
 // offset row first and fails with ErrFenced if another owner has claimed the
 // partition since epoch was taken. Records below the stored offset were
-// applied by an earlier transaction and are skipped. A record that fails
-// deterministically is rolled back to its savepoint and quarantined; any
-// other failure aborts the whole transaction so it can be retried.
+// applied by an earlier transaction and are skipped.
+//
+// The batch is first applied whole (applyBatch: a fixed number of round
+// trips). If a record in it fails deterministically, the transaction is
+// rolled back and run again record by record, each under a savepoint, so
+// the poisonous record alone is quarantined and the rest apply. Any other
+// failure aborts the transaction so the caller can retry it.
 func commitBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record) (batchOutcome, error) {
+	out, err := runBatch(ctx, db, a, group, epoch, recs, false)
+	if err != nil && isPoison(err) {
+		out, err = runBatch(ctx, db, a, group, epoch, recs, true)
+		out.slow = true
+	}
+	return out, err
+}
+
+func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record, slow bool) (batchOutcome, error) {
 	var out batchOutcome
 	if len(recs) == 0 {
 		return out, nil
@@ -65,26 +79,33 @@ func commitBatch(ctx context.Context, db beginner, a *applier, group string, epo
 		if owner != epoch {
 			return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
 		}
-		out = batchOutcome{next: next}
-		for _, rec := range recs {
-			if rec.Offset < next {
-				continue
+		todo := recs
+		for len(todo) > 0 && todo[0].Offset < next {
+			todo = todo[1:]
+		}
+		out = batchOutcome{next: next, applied: len(todo)}
+		if len(todo) == 0 {
+			return nil
+		}
+		if slow {
+			for _, rec := range todo {
+				rs, err := applyOne(ctx, tx, a, rec)
+				if err != nil {
+					return err
+				}
+				out.results = append(out.results, rs...)
 			}
-			rs, err := applyOne(ctx, tx, a, rec)
+		} else {
+			rs, err := a.applyBatch(ctx, tx, todo)
 			if err != nil {
 				return err
 			}
-			out.results = append(out.results, rs...)
-			out.applied++
-			next = rec.Offset + 1
+			out.results = rs
 		}
-		if out.applied == 0 {
-			return nil
-		}
-		out.next = next
+		out.next = todo[len(todo)-1].Offset + 1
 		if _, err := tx.Exec(ctx, `
 			UPDATE consumer_offsets SET next_offset = $4, updated_at = now()
-			 WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition, next); err != nil {
+			 WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition, out.next); err != nil {
 			return fmt.Errorf("store offset: %w", err)
 		}
 		return nil
@@ -102,7 +123,7 @@ func applyOne(ctx context.Context, tx pgx.Tx, a *applier, rec *kgo.Record) ([]re
 	if err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
-	rs, err := a.apply(ctx, sp, rec)
+	rs, err := a.applyBatch(ctx, sp, []*kgo.Record{rec})
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return nil, fmt.Errorf("release savepoint: %w", err)
