@@ -20,7 +20,7 @@ func newMetrics(reg prometheus.Registerer, sources map[string]*source.Source) (*
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paystream_ingest_requests_total",
-			Help: "Webhook requests by source and outcome (accepted, dead_lettered, unauthorized, unknown_source, too_large, bad_request, unavailable).",
+			Help: "Webhook requests by source and outcome (accepted, dead_lettered, irrelevant, unauthorized, unknown_source, too_large, bad_request, unavailable).",
 		}, []string{"source", "outcome"}),
 		signatureFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paystream_ingest_signature_failures_total",

@@ -45,8 +45,15 @@ type Config struct {
 	// ProduceTimeout is how long a request waits for the broker's
 	// acknowledgement before answering 503. Defaults to 5s.
 	ProduceTimeout time.Duration
-	// RetryAfter is the Retry-After sent with a 503. Defaults to 5s.
+	// RetryAfter is the Retry-After sent with a 503, rounded up to whole
+	// seconds. Defaults to 5s.
 	RetryAfter time.Duration
+	// ReadHeaderTimeout bounds how long a client may take to send the
+	// request headers (slow-loris protection). Defaults to 5s.
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds how long a client may take to send the whole
+	// request, body included. Defaults to 15s.
+	ReadTimeout time.Duration
 	// KafkaOpts are extra franz-go options (TLS, SASL, metrics hooks).
 	KafkaOpts []kgo.Opt
 	// Logger defaults to slog.Default().
@@ -92,6 +99,20 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.RetryAfter == 0 {
 		cfg.RetryAfter = 5 * time.Second
+	}
+	if cfg.ReadHeaderTimeout == 0 {
+		cfg.ReadHeaderTimeout = 5 * time.Second
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 15 * time.Second
+	}
+	for name, d := range map[string]time.Duration{
+		"ProduceTimeout": cfg.ProduceTimeout, "RetryAfter": cfg.RetryAfter,
+		"ReadHeaderTimeout": cfg.ReadHeaderTimeout, "ReadTimeout": cfg.ReadTimeout,
+	} {
+		if d < 0 {
+			return nil, fmt.Errorf("ingest config: %s must not be negative", name)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -159,9 +180,9 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      s.cfg.ProduceTimeout + 15*time.Second,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		ReadTimeout:       s.cfg.ReadTimeout,
+		WriteTimeout:      s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -220,6 +241,7 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 const (
 	outcomeAccepted      = "accepted"
 	outcomeDLQ           = "dead_lettered"
+	outcomeIrrelevant    = "irrelevant"
 	outcomeUnauthorized  = "unauthorized"
 	outcomeUnknownSource = "unknown_source"
 	outcomeTooLarge      = "too_large"
@@ -274,6 +296,15 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	topic, outcome := s.cfg.Topic, outcomeAccepted
 	ev, err := src.Driver.Parse(req)
+	if errors.Is(err, provider.ErrIrrelevant) {
+		// Authentic and well-formed, but it asserts no payment fact (a
+		// Mercado Pago merchant_order, an Asaas PAYMENT_UPDATED): nothing to
+		// keep, nothing to retry.
+		s.metrics.requests.WithLabelValues(src.Name, outcomeIrrelevant).Inc()
+		s.log.Debug("webhook irrelevant", "source", src.Name, "reason", err.Error())
+		writeJSON(w, http.StatusOK, map[string]any{"received": true})
+		return
+	}
 	if err != nil {
 		// Authentic but unprocessable: answer 200 so the gateway stops
 		// retrying, and keep it on the DLQ with the reason.
@@ -294,7 +325,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	if err := s.produce(r.Context(), topic, []byte(env.PaymentKey), value); err != nil {
 		s.metrics.requests.WithLabelValues(src.Name, outcomeUnavailable).Inc()
 		s.log.Warn("produce failed", "source", src.Name, "topic", topic, "error", err)
-		w.Header().Set("Retry-After", strconv.Itoa(int(s.cfg.RetryAfter/time.Second)))
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.cfg.RetryAfter)))
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": "event store unavailable, retry later"})
 		return
 	}
@@ -302,13 +333,20 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"received": true})
 }
 
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
 // produce waits for the broker's acknowledgement of one record, at most
 // ProduceTimeout. A record that times out may still be written later; the
-// gateway's retry is then a duplicate, which the processor ignores.
+// gateway's retry is then a duplicate, which the processor ignores. When the
+// producer's buffer is full (the broker has been unreachable for a while)
+// it fails at once instead of queueing the request.
 func (s *Server) produce(ctx context.Context, topic string, key, value []byte) error {
 	start := time.Now()
 	done := make(chan error, 1)
-	s.kafka.Produce(context.WithoutCancel(ctx), &kgo.Record{Topic: topic, Key: key, Value: value}, func(_ *kgo.Record, err error) {
+	s.kafka.TryProduce(context.WithoutCancel(ctx), &kgo.Record{Topic: topic, Key: key, Value: value}, func(_ *kgo.Record, err error) {
 		done <- err
 	})
 	timer := time.NewTimer(s.cfg.ProduceTimeout)

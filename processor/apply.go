@@ -472,4 +472,3 @@ func nullTime(t time.Time) *time.Time {
 	}
 	return &t
 }
-
