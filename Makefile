@@ -69,3 +69,7 @@ tidy-check: ## Fail if go.mod/go.sum are not tidy.
 .PHONY: clean
 clean: ## Remove build output and the dev data dir.
 	rm -rf bin $(DATA_DIR)
+
+.PHONY: bench-processor
+bench-processor: build ## Processor throughput (batched vs one tx per event) and peak RSS on the real stack.
+	@$(with_stack) $(GO) run ./bench/processor -binary bin/paystream $(BENCH_PROCESSOR_FLAGS)

@@ -16,6 +16,7 @@ type metrics struct {
 	txSeconds    prometheus.Histogram
 	batchRetries prometheus.Counter
 	fenced       prometheus.Counter
+	slowBatches  prometheus.Counter
 	fetchErrors  prometheus.Counter
 	lag          *prometheus.GaugeVec
 	deferred     prometheus.Gauge
@@ -47,6 +48,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_processor_fenced_total",
 			Help: "Batch commits refused because a newer owner claimed the partition.",
 		}),
+		slowBatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paystream_processor_poison_batches_total",
+			Help: "Batches that held a poisonous record and were re-applied record by record.",
+		}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "paystream_processor_fetch_errors_total",
 			Help: "Kafka fetch errors.",
@@ -68,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Inbox events quarantined and not yet replayed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.fenced,
+	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.fenced, m.slowBatches,
 		m.fetchErrors, m.lag, m.deferred, m.held, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register processor metrics: %w", err)

@@ -107,6 +107,9 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 		if err == nil {
 			m.txSeconds.Observe(time.Since(start).Seconds())
 			m.batchRecords.Observe(float64(len(batch)))
+			if out.slow {
+				m.slowBatches.Inc()
+			}
 			for _, r := range out.results {
 				m.events.WithLabelValues(r.source, r.outcome, r.reason).Inc()
 			}
