@@ -113,7 +113,13 @@ func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record)
 	if err != nil {
 		return nil, err
 	}
+	return a.decide(ctx, tx, ds, payments)
+}
 
+// decide runs the machine over deliveries already in the inbox (inboxID 0
+// marks a redelivery), in order, against their locked payments, and writes
+// what it decided. It is shared by batches and by replays.
+func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
 	var w writes
 	results := make([]result, 0, len(ds))
 	for i := range ds {
@@ -138,7 +144,7 @@ func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record)
 		}
 		dec := a.machine.Apply(p.state, ev.Fact)
 		if dec.Outcome == payment.OutcomeIgnored && dec.Reason == payment.ReasonInvalidFact {
-			return nil, poison("record at offset %d: invalid fact", d.rec.Offset)
+			return nil, poison("inbox event %d (%s): invalid fact", d.inboxID, ev.Type)
 		}
 		w.inbox(d.inboxID, dec.Outcome, dec.Reason)
 		results = append(results, result{d.env.Source, string(dec.Outcome), dec.Reason})
@@ -256,7 +262,17 @@ func (a *applier) recordDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery
 		 ORDER BY u.kafka_offset`,
 		topic, partition, sources, dedups, eventIDs, types, keys, offsets, occurred, received, reasonDuplicateEvent,
 	)
-	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1) ORDER BY payment_key FOR UPDATE`, paymentKeys).
+	queueLoadPayments(b, paymentKeys, payments)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("record deliveries: %w", err)
+	}
+	return payments, nil
+}
+
+// queueLoadPayments queues, on b, the locking read of the payments in keys
+// (entries of payments, which must exist) and of their deferred events.
+func queueLoadPayments(b *pgx.Batch, keys []string, payments map[string]*paymentRow) {
+	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1) ORDER BY payment_key FOR UPDATE`, keys).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var key string
@@ -273,7 +289,7 @@ func (a *applier) recordDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery
 	b.Queue(`
 		SELECT id, payment_key, COALESCE(event_id, ''), fact FROM inbox
 		 WHERE payment_key = ANY($1) AND status = 'deferred' AND reason IS DISTINCT FROM $2
-		 ORDER BY id`, paymentKeys, reasonPaymentHeld).
+		 ORDER BY id`, keys, reasonPaymentHeld).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var wt waiting
@@ -285,10 +301,6 @@ func (a *applier) recordDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery
 			}
 			return rows.Err()
 		})
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("record deliveries: %w", err)
-	}
-	return payments, nil
 }
 
 // transition queues the rows of an applied decision and advances p.

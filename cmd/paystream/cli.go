@@ -35,6 +35,7 @@ type cli struct {
 	Migrate   migrateCmd   `cmd:"" help:"Apply database migrations (idempotent) and create Kafka topics."`
 	Dev       devCmd       `cmd:"" help:"Run ingest, processor and sink in one process with embedded Kafka and a private Postgres."`
 	Inspect   inspectCmd   `cmd:"" help:"Show what paystream knows about a payment."`
+	Replay    replayCmd    `cmd:"" help:"Re-drive a held payment's quarantined events after a fix, exactly once."`
 	Version   versionCmd   `cmd:"" help:"Print the version."`
 }
 

@@ -1,0 +1,125 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/testenv"
+)
+
+func replayRecord(t *testing.T, offset int64, paymentID, eventID string, f payment.Fact) *kgo.Record {
+	t.Helper()
+	env := envelope.Raw{Source: "acme", Driver: "standardwebhooks", PaymentKey: "acme:" + paymentID, ReceivedAt: time.Now().UTC(), Body: []byte(`{}`),
+		Event: provider.Event{EventID: eventID, DedupKey: eventID, PaymentID: paymentID, Type: "payment." + string(f.Status), Fact: f}}
+	v, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kgo.Record{Topic: "raw", Partition: 0, Offset: offset, Key: []byte(env.PaymentKey), Value: v}
+}
+
+// TestReplayAppliesHeldPaymentOnce: a record that fails deterministically is
+// quarantined and its payment held while other payments flow; later events
+// of the held payment wait; after the fix, Replay applies them all exactly
+// once, and a second Replay has nothing to do.
+func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	// The "bug": Postgres refuses every transition of pay_bad.
+	if _, err := db.Pool.Exec(ctx, `
+		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'P0001'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
+		t.Fatal(err)
+	}
+	epoch, _, _, err := claim(ctx, db.Pool, "g", "raw", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	paid := payment.Fact{Status: payment.StatusPaid, AmountMinor: 500, Currency: "BRL", OccurredAt: at}
+	refund := payment.Fact{Status: payment.StatusPartiallyRefunded, AmountMinor: 100, Currency: "BRL", RefundID: "re_1", OccurredAt: at.Add(time.Hour)}
+	recs := []*kgo.Record{
+		replayRecord(t, 0, "pay_bad", "e1", paid),
+		replayRecord(t, 1, "pay_ok", "e2", paid),
+		replayRecord(t, 2, "pay_bad", "e3", refund),
+	}
+	a := &applier{now: time.Now}
+	out, err := commitBatch(ctx, db.Pool, a, "g", epoch, recs)
+	if err != nil {
+		t.Fatalf("commitBatch: %v", err)
+	}
+	if !out.slow || out.next != 3 {
+		t.Fatalf("batch: slow=%v next=%d, want a record-by-record batch ending at 3", out.slow, out.next)
+	}
+	status := func(eventID string) (s, reason string) {
+		t.Helper()
+		if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE event_id = $1 OR (event_id IS NULL AND dedup_key = $1)`, eventID).Scan(&s, &reason); err != nil {
+			t.Fatalf("inbox %s: %v", eventID, err)
+		}
+		return s, reason
+	}
+	if s, _ := status("e1"); s != "quarantined" {
+		t.Errorf("e1 = %s, want quarantined", s)
+	}
+	if s, _ := status("e2"); s != "processed" {
+		t.Errorf("e2 (another payment, same partition) = %s, want processed", s)
+	}
+	if s, r := status("e3"); s != "deferred" || r != reasonPaymentHeld {
+		t.Errorf("e3 = %s/%s, want deferred/%s", s, r, reasonPaymentHeld)
+	}
+
+	// Replay before the fix changes nothing.
+	if _, err := Replay(ctx, db.Pool, "acme:pay_bad", ReplayOptions{}); err == nil {
+		t.Fatal("Replay before the fix succeeded")
+	}
+	if s, _ := status("e1"); s != "quarantined" {
+		t.Errorf("after failed replay e1 = %s, want quarantined", s)
+	}
+
+	if _, err := db.Pool.Exec(ctx, `DROP TRIGGER refuse_bad ON payment_transitions`); err != nil {
+		t.Fatal(err)
+	}
+	report, err := Replay(ctx, db.Pool, "acme:pay_bad", ReplayOptions{})
+	if err != nil {
+		t.Fatalf("Replay: %v", err)
+	}
+	if report.Replayed["processed"] != 2 {
+		t.Errorf("replay report %v, want 2 processed", report.Replayed)
+	}
+	var st string
+	var version int64
+	var held bool
+	if err := db.Pool.QueryRow(ctx, `SELECT status, version, held FROM payments WHERE payment_key = 'acme:pay_bad'`).Scan(&st, &version, &held); err != nil {
+		t.Fatal(err)
+	}
+	if st != "partially_refunded" || version != 2 || held {
+		t.Errorf("pay_bad = %s v%d held=%v, want partially_refunded v2 not held", st, version, held)
+	}
+	var postings int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_postings WHERE payment_key = 'acme:pay_bad'`).Scan(&postings); err != nil {
+		t.Fatal(err)
+	}
+	if postings != 4 {
+		t.Errorf("pay_bad postings = %d, want 4 (capture and refund, two legs each)", postings)
+	}
+	if _, err := Replay(ctx, db.Pool, "acme:pay_bad", ReplayOptions{}); !errors.Is(err, ErrNotHeld) {
+		t.Errorf("second Replay = %v, want ErrNotHeld", err)
+	}
+	// The batch's records are all below the stored offset now: re-running
+	// it (a redelivery after a crash) applies nothing.
+	again, err := commitBatch(ctx, db.Pool, a, "g", epoch, recs)
+	if err != nil || again.applied != 0 {
+		t.Errorf("re-commit = %+v, %v; want nothing applied", again, err)
+	}
+}
