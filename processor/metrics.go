@@ -20,6 +20,7 @@ type metrics struct {
 	fetchErrors  prometheus.Counter
 	lag          *prometheus.GaugeVec
 	deferred     prometheus.Gauge
+	overdue      prometheus.Gauge
 	held         prometheus.Gauge
 	quarantined  prometheus.Gauge
 }
@@ -64,6 +65,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_processor_deferred_events",
 			Help: "Inbox events waiting for a predecessor or a held payment's replay.",
 		}),
+		overdue: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_processor_deferred_overdue_events",
+			Help: "Deferred events older than the deferred window: their predecessor never came; review or refetch them.",
+		}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paystream_processor_held_payments",
 			Help: "Payments held after a quarantined event, waiting for paystream replay.",
@@ -74,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.fenced, m.slowBatches,
-		m.fetchErrors, m.lag, m.deferred, m.held, m.quarantined} {
+		m.fetchErrors, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register processor metrics: %w", err)
 		}
@@ -83,11 +88,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 }
 
 // observeLoop refreshes the gauges that come from Postgres every 15 s.
-func (m *metrics) observeLoop(ctx context.Context, pool *pgxpool.Pool, _ string) {
+func (m *metrics) observeLoop(ctx context.Context, pool *pgxpool.Pool, window time.Duration) {
 	t := time.NewTicker(15 * time.Second)
 	defer t.Stop()
 	for {
-		m.observe(ctx, pool)
+		m.observe(ctx, pool, window)
 		select {
 		case <-ctx.Done():
 			return
@@ -96,18 +101,20 @@ func (m *metrics) observeLoop(ctx context.Context, pool *pgxpool.Pool, _ string)
 	}
 }
 
-func (m *metrics) observe(ctx context.Context, pool *pgxpool.Pool) {
+func (m *metrics) observe(ctx context.Context, pool *pgxpool.Pool, window time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var deferred, quarantined, held int64
+	var deferred, overdue, quarantined, held int64
 	err := pool.QueryRow(ctx, `
 		SELECT (SELECT count(*) FROM inbox WHERE status = 'deferred'),
+		       (SELECT count(*) FROM inbox WHERE status = 'deferred' AND received_at < now() - $1::interval),
 		       (SELECT count(*) FROM inbox WHERE status = 'quarantined'),
-		       (SELECT count(*) FROM payments WHERE held)`).Scan(&deferred, &quarantined, &held)
+		       (SELECT count(*) FROM payments WHERE held)`, window).Scan(&deferred, &overdue, &quarantined, &held)
 	if err != nil {
 		return
 	}
 	m.deferred.Set(float64(deferred))
+	m.overdue.Set(float64(overdue))
 	m.quarantined.Set(float64(quarantined))
 	m.held.Set(float64(held))
 }

@@ -51,6 +51,11 @@ type Config struct {
 	// RetryBackoffMax caps the backoff between retries of a failed batch.
 	// Defaults to 5s.
 	RetryBackoffMax time.Duration
+	// DeferredWindow is how long an event may wait for its predecessor
+	// before it is overdue: refetched where the source supports it, and
+	// counted in paystream_processor_deferred_overdue_events for review.
+	// Defaults to 1h.
+	DeferredWindow time.Duration
 	// SessionTimeout is how long the group waits for a silent member (a
 	// crashed processor) before giving its partitions to others. Defaults
 	// to 45s.
@@ -92,6 +97,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.RetryBackoffMax == 0 {
 		c.RetryBackoffMax = 5 * time.Second
+	}
+	if c.DeferredWindow == 0 {
+		c.DeferredWindow = time.Hour
 	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 45 * time.Second
@@ -177,7 +185,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		defer close(copyDone)
 		p.copyOffsetsLoop(copyCtx, cl)
 	}()
-	go p.metrics.observeLoop(copyCtx, p.pool, p.cfg.Group)
+	go p.metrics.observeLoop(copyCtx, p.pool, p.cfg.DeferredWindow)
 
 	for {
 		fetches := cl.PollRecords(ctx, p.cfg.BatchMaxRecords*p.cfg.MaxBufferedBatches)

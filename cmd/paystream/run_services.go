@@ -85,6 +85,7 @@ type processorFlags struct {
 	Group           string        `help:"Consumer group." default:"paystream-processor" env:"PAYSTREAM_GROUP"`
 	BatchMaxRecords int           `help:"Most records applied in one transaction." default:"500" env:"PAYSTREAM_BATCH_MAX_RECORDS"`
 	BatchMaxWait    time.Duration `help:"How long to wait to fill a batch." default:"20ms" env:"PAYSTREAM_BATCH_MAX_WAIT"`
+	DeferredWindow  time.Duration `help:"How long an event may wait for its predecessor before it is overdue (refetched or surfaced for review)." default:"1h" env:"PAYSTREAM_DEFERRED_WINDOW"`
 	SessionTimeout  time.Duration `help:"How long the group waits for a silent (crashed) member before reassigning its partitions." default:"45s" env:"PAYSTREAM_SESSION_TIMEOUT"`
 }
 
@@ -122,6 +123,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		BatchMaxRecords: c.BatchMaxRecords,
 		BatchMaxWait:    c.BatchMaxWait,
 		SessionTimeout:  c.SessionTimeout,
+		DeferredWindow:  c.DeferredWindow,
 		Logger:          e.log.With("component", "processor"),
 		Registerer:      e.reg,
 	})
