@@ -42,6 +42,9 @@ type delivery struct {
 	rec     *kgo.Record
 	env     envelope.Raw
 	inboxID int64 // 0 for a redelivery of an event already in the inbox
+	// refetched, when not nil, are the facts the gateway's API asserted
+	// for the payment: applied instead of the webhook's own fact.
+	refetched []payment.Fact
 }
 
 // waiting is a deferred inbox event that may apply after a transition.
@@ -100,14 +103,14 @@ type writes struct {
 // invalid fact, a value Postgres refuses) fails the call with a poison
 // error; the caller then retries record by record under savepoints to
 // quarantine just that record.
-func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record) ([]result, error) {
+func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record, refetched map[int64][]payment.Fact) ([]result, error) {
 	ds := make([]delivery, len(recs))
 	for i, rec := range recs {
 		env, err := envelope.DecodeRaw(rec.Value)
 		if err != nil {
 			return nil, poison("decode record at offset %d: %w", rec.Offset, err)
 		}
-		ds[i] = delivery{rec: rec, env: env}
+		ds[i] = delivery{rec: rec, env: env, refetched: refetched[rec.Offset]}
 	}
 	payments, err := a.recordDeliveries(ctx, tx, ds)
 	if err != nil {
@@ -135,39 +138,58 @@ func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments
 			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonPaymentHeld})
 			continue
 		}
-		if ev.NeedsRefetch {
+		if ev.NeedsRefetch && d.refetched == nil {
 			// The body is thin or unsigned: no money moves on it until the
 			// payment's state is refetched from the gateway.
 			w.inbox(d.inboxID, payment.OutcomeDeferred, reasonAwaitingRefetch)
 			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonAwaitingRefetch})
 			continue
 		}
-		dec := a.machine.Apply(p.state, ev.Fact)
-		if dec.Outcome == payment.OutcomeIgnored && dec.Reason == payment.ReasonInvalidFact {
-			return nil, poison("inbox event %d (%s): invalid fact", d.inboxID, ev.Type)
+		facts := []payment.Fact{ev.Fact}
+		if d.refetched != nil {
+			facts = d.refetched
 		}
-		w.inbox(d.inboxID, dec.Outcome, dec.Reason)
-		results = append(results, result{d.env.Source, string(dec.Outcome), dec.Reason})
-		switch dec.Outcome {
-		case payment.OutcomeDeferred:
-			p.waiting = append(p.waiting, waiting{d.inboxID, ev.EventID, ev.Fact})
-			continue
-		case payment.OutcomeIgnored:
-			continue
+		// The inbox outcome is the first applied decision's, else the
+		// first one's (a refetch asserting nothing new is a duplicate).
+		var first *payment.Decision
+		applied := false
+		for _, f := range facts {
+			dec := a.machine.Apply(p.state, f)
+			if dec.Outcome == payment.OutcomeIgnored && dec.Reason == payment.ReasonInvalidFact {
+				return nil, poison("inbox event %d (%s): invalid fact", d.inboxID, ev.Type)
+			}
+			if first == nil || (dec.Outcome == payment.OutcomeApplied && !applied) {
+				first = &dec
+			}
+			if dec.Outcome != payment.OutcomeApplied {
+				continue
+			}
+			applied = true
+			if err := a.transition(&w, p, d.inboxID, ev.EventID, f, dec); err != nil {
+				return nil, err
+			}
 		}
-		if err := a.transition(&w, p, d.inboxID, ev.EventID, ev.Fact, dec); err != nil {
-			return nil, err
+		if first == nil {
+			first = &payment.Decision{Outcome: payment.OutcomeIgnored, Reason: payment.ReasonDuplicateFact}
+		}
+		w.inbox(d.inboxID, first.Outcome, first.Reason)
+		results = append(results, result{d.env.Source, string(first.Outcome), first.Reason})
+		if !applied {
+			if first.Outcome == payment.OutcomeDeferred && d.refetched == nil {
+				p.waiting = append(p.waiting, waiting{d.inboxID, ev.EventID, ev.Fact})
+			}
+			continue
 		}
 		// Deferred events whose predecessor just arrived apply now, in
 		// this same transaction.
 		if len(p.waiting) == 0 {
 			continue
 		}
-		facts := make([]payment.Fact, len(p.waiting))
+		waitingFacts := make([]payment.Fact, len(p.waiting))
 		for j, wt := range p.waiting {
-			facts[j] = wt.fact
+			waitingFacts[j] = wt.fact
 		}
-		settled := a.machine.Resume(p.state, facts)
+		settled := a.machine.Resume(p.state, waitingFacts)
 		done := make([]bool, len(p.waiting))
 		for _, r := range settled.Resumed {
 			wt := p.waiting[r.Index]

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/payment"
 )
 
 // claim makes the caller the owner of a partition: it bumps the partition's
@@ -51,15 +53,22 @@ type batchOutcome struct {
 // the poisonous record alone is quarantined and the rest apply. Any other
 // failure aborts the transaction so the caller can retry it.
 func commitBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record) (batchOutcome, error) {
-	out, err := runBatch(ctx, db, a, group, epoch, recs, false)
+	return commitRefetched(ctx, db, a, group, epoch, recs, nil)
+}
+
+// commitRefetched is commitBatch for a batch some of whose records were
+// refetched from their gateway beforehand: refetched holds, by offset, the
+// facts the gateway's API asserted, applied instead of the webhook's.
+func commitRefetched(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record, refetched map[int64][]payment.Fact) (batchOutcome, error) {
+	out, err := runBatch(ctx, db, a, group, epoch, recs, refetched, false)
 	if err != nil && isPoison(err) {
-		out, err = runBatch(ctx, db, a, group, epoch, recs, true)
+		out, err = runBatch(ctx, db, a, group, epoch, recs, refetched, true)
 		out.slow = true
 	}
 	return out, err
 }
 
-func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record, slow bool) (batchOutcome, error) {
+func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record, refetched map[int64][]payment.Fact, slow bool) (batchOutcome, error) {
 	var out batchOutcome
 	if len(recs) == 0 {
 		return out, nil
@@ -89,14 +98,14 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 		}
 		if slow {
 			for _, rec := range todo {
-				rs, err := applyOne(ctx, tx, a, rec)
+				rs, err := applyOne(ctx, tx, a, rec, refetched)
 				if err != nil {
 					return err
 				}
 				out.results = append(out.results, rs...)
 			}
 		} else {
-			rs, err := a.applyBatch(ctx, tx, todo)
+			rs, err := a.applyBatch(ctx, tx, todo, refetched)
 			if err != nil {
 				return err
 			}
@@ -118,12 +127,12 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 
 // applyOne applies one record under a savepoint, quarantining it if it fails
 // deterministically.
-func applyOne(ctx context.Context, tx pgx.Tx, a *applier, rec *kgo.Record) ([]result, error) {
+func applyOne(ctx context.Context, tx pgx.Tx, a *applier, rec *kgo.Record, refetched map[int64][]payment.Fact) ([]result, error) {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("savepoint: %w", err)
 	}
-	rs, err := a.applyBatch(ctx, sp, []*kgo.Record{rec})
+	rs, err := a.applyBatch(ctx, sp, []*kgo.Record{rec}, refetched)
 	if err == nil {
 		if err := sp.Commit(ctx); err != nil {
 			return nil, fmt.Errorf("release savepoint: %w", err)

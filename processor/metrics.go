@@ -11,18 +11,20 @@ import (
 )
 
 type metrics struct {
-	events       *prometheus.CounterVec
-	batchRecords prometheus.Histogram
-	txSeconds    prometheus.Histogram
-	batchRetries prometheus.Counter
-	fenced       prometheus.Counter
-	slowBatches  prometheus.Counter
-	fetchErrors  prometheus.Counter
-	lag          *prometheus.GaugeVec
-	deferred     prometheus.Gauge
-	overdue      prometheus.Gauge
-	held         prometheus.Gauge
-	quarantined  prometheus.Gauge
+	events         *prometheus.CounterVec
+	batchRecords   prometheus.Histogram
+	txSeconds      prometheus.Histogram
+	batchRetries   prometheus.Counter
+	fenced         prometheus.Counter
+	slowBatches    prometheus.Counter
+	fetchErrors    prometheus.Counter
+	refetches      *prometheus.CounterVec
+	refetchSeconds prometheus.Histogram
+	lag            *prometheus.GaugeVec
+	deferred       prometheus.Gauge
+	overdue        prometheus.Gauge
+	held           prometheus.Gauge
+	quarantined    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,6 +55,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_processor_poison_batches_total",
 			Help: "Batches that held a poisonous record and were re-applied record by record.",
 		}),
+		refetches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_processor_refetches_total",
+			Help: "Payments read back from a gateway API, by source and outcome (ok, error, breaker_open, rate_limited).",
+		}, []string{"source", "outcome"}),
+		refetchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "paystream_processor_refetch_seconds",
+			Help:    "Latency of gateway API refetches.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
+		}),
 		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "paystream_processor_fetch_errors_total",
 			Help: "Kafka fetch errors.",
@@ -79,7 +90,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.fenced, m.slowBatches,
-		m.fetchErrors, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
+		m.fetchErrors, m.refetches, m.refetchSeconds, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register processor metrics: %w", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/source"
 )
 
 // Config configures a Processor.
@@ -56,6 +58,16 @@ type Config struct {
 	// counted in paystream_processor_deferred_overdue_events for review.
 	// Defaults to 1h.
 	DeferredWindow time.Duration
+	// Refetch configures, by source name, the sources whose payments are
+	// read back from the gateway's API (their events are thin or unsigned).
+	// Defaults to none: such events wait as deferred:awaiting_refetch.
+	Refetch map[string]*source.RefetchConfig
+	// RefetchRetry is how long a failed refetch waits before the next try.
+	// Defaults to 30s.
+	RefetchRetry time.Duration
+	// HTTPClient makes refetch requests. Defaults to a client with no
+	// timeout of its own (each request has the source's refetch_timeout).
+	HTTPClient *http.Client
 	// SessionTimeout is how long the group waits for a silent member (a
 	// crashed processor) before giving its partitions to others. Defaults
 	// to 45s.
@@ -101,6 +113,12 @@ func (c *Config) withDefaults() error {
 	if c.DeferredWindow == 0 {
 		c.DeferredWindow = time.Hour
 	}
+	if c.RefetchRetry == 0 {
+		c.RefetchRetry = 30 * time.Second
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 45 * time.Second
 	}
@@ -123,6 +141,7 @@ type Processor struct {
 	log     *slog.Logger
 	metrics *metrics
 	applier *applier
+	refetch *refetcher // nil when no source refetches
 
 	mu      sync.Mutex
 	workers map[int32]*Worker // by partition of cfg.Topic
@@ -141,7 +160,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Processor{
+	p := &Processor{
 		cfg:     cfg,
 		pool:    pool,
 		log:     cfg.Logger,
@@ -149,7 +168,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 		applier: &applier{now: cfg.Now},
 		workers: map[int32]*Worker{},
 		copied:  map[int32]int64{},
-	}, nil
+	}
+	if len(cfg.Refetch) > 0 {
+		p.refetch = newRefetcher(cfg.Refetch, cfg.HTTPClient, cfg.Logger, m)
+	}
+	return p, nil
 }
 
 // Run joins the group and processes until ctx is canceled, then finishes
@@ -186,6 +209,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.copyOffsetsLoop(copyCtx, cl)
 	}()
 	go p.metrics.observeLoop(copyCtx, p.pool, p.cfg.DeferredWindow)
+	go p.sweepLoop(copyCtx)
 
 	for {
 		fetches := cl.PollRecords(ctx, p.cfg.BatchMaxRecords*p.cfg.MaxBufferedBatches)

@@ -98,11 +98,13 @@ func (w *Worker) run() {
 // it commits (true) or the worker is fenced or told to stop (false).
 func (w *Worker) commit(batch []*kgo.Record) bool {
 	m := w.p.metrics
+	// Refetches happen before, never inside, the transaction.
+	refetched := w.p.refetchBatch(context.Background(), batch)
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
-		out, err := commitBatch(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, batch)
+		out, err := commitRefetched(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, batch, refetched)
 		cancel()
 		if err == nil {
 			m.txSeconds.Observe(time.Since(start).Seconds())

@@ -119,7 +119,7 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	proc, err := processor.New(pool, processor.Config{
-		Brokers: brokers, Topic: c.RawTopic, Group: "paystream-dev",
+		Brokers: brokers, Topic: c.RawTopic, Group: "paystream-dev", Refetch: refetchConfigs(sources),
 		Logger: e.log.With("component", "processor"), Registerer: e.reg,
 	})
 	if err != nil {

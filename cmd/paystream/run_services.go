@@ -95,6 +95,7 @@ type processorCmd struct {
 	topicFlags
 	metricsFlags
 	processorFlags
+	Sources string `help:"Sources file; the processor reads it only for the sources that refetch from their gateway's API (mercadopago, refetch: true)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
 }
 
 func (c *processorCmd) Help() string {
@@ -116,7 +117,16 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 	if err := serveMetrics(ctx, e, c.MetricsAddr); err != nil {
 		return err
 	}
+	var refetch map[string]*source.RefetchConfig
+	if c.Sources != "" {
+		sources, err := loadSources(c.Sources)
+		if err != nil {
+			return err
+		}
+		refetch = refetchConfigs(sources)
+	}
 	p, err := processor.New(pool, processor.Config{
+		Refetch:         refetch,
 		Brokers:         brokers,
 		Topic:           c.RawTopic,
 		Group:           c.Group,
@@ -169,4 +179,15 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+// refetchConfigs picks the sources that refetch from their gateway's API.
+func refetchConfigs(sources map[string]*source.Source) map[string]*source.RefetchConfig {
+	out := map[string]*source.RefetchConfig{}
+	for name, s := range sources {
+		if s.Refetch != nil {
+			out[name] = s.Refetch
+		}
+	}
+	return out
 }

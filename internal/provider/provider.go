@@ -4,6 +4,7 @@
 package provider
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -48,6 +49,13 @@ type Config struct {
 	// Options holds driver-specific settings (for example the hmac driver's
 	// header, algorithm, prefix, encoding, id_header).
 	Options map[string]string
+	// Refetch is set when the source is configured `refetch: true`: a
+	// driver that implements Refetcher then marks every event it parses
+	// NeedsRefetch, so the processor applies the gateway API's answer
+	// rather than the webhook's body. Drivers that always refetch
+	// (Mercado Pago) ignore it; the sources loader rejects `refetch: true`
+	// for drivers that do not implement Refetcher.
+	Refetch bool
 }
 
 // Factory builds a Driver from its Config, naming the bad field on error.
@@ -110,4 +118,20 @@ var ErrIrrelevant = errors.New("event carries no payment fact")
 // ErrIrrelevant with a short reason.
 func Irrelevant(reason string) error {
 	return fmt.Errorf("%w: %w: %s", ErrUnprocessable, ErrIrrelevant, reason)
+}
+
+// Refetcher is implemented by drivers whose webhooks are thin or unsigned
+// (Mercado Pago signs no body; any source configured `refetch: true`): the
+// processor asks the gateway's API for the payment's current state, outside
+// any database transaction, and applies what the API says instead of what
+// the webhook said.
+type Refetcher interface {
+	// RefetchRequest builds the API request for one payment. baseURL is the
+	// gateway API's base URL from the sources file (tests point it at a
+	// local server playing the gateway); token is the API credential.
+	RefetchRequest(ctx context.Context, baseURL, token, paymentID string) (*http.Request, error)
+	// ParseRefetch turns the API's answer into the facts it asserts, in the
+	// order they happened (for example paid, then each refund). Errors wrap
+	// ErrUnprocessable when the answer is well-formed but unusable.
+	ParseRefetch(body []byte) ([]payment.Fact, error)
 }

@@ -52,6 +52,7 @@ type Driver struct {
 	publicKey []ed25519.PublicKey
 	tolerance time.Duration
 	account   string
+	refetch   bool
 }
 
 var _ provider.Driver = (*Driver)(nil)
@@ -59,9 +60,11 @@ var _ provider.Driver = (*Driver)(nil)
 // New builds a Driver. cfg.Secrets must hold at least one secret, each either
 // "whsec_<base64 key>" (HMAC-SHA256, "v1") or "whpk_<base64 32-byte Ed25519
 // public key>" ("v1a"); several allow rotation. cfg.Tolerance defaults to
-// DefaultTolerance.
+// DefaultTolerance. With cfg.Refetch, every event is marked NeedsRefetch and
+// the payment's state comes from the refetch convention (see
+// RefetchRequest and ParseRefetch).
 func New(cfg provider.Config) (provider.Driver, error) {
-	d := &Driver{tolerance: cfg.Tolerance, account: cfg.Account}
+	d := &Driver{tolerance: cfg.Tolerance, account: cfg.Account, refetch: cfg.Refetch}
 	if d.tolerance == 0 {
 		d.tolerance = DefaultTolerance
 	}
@@ -171,7 +174,10 @@ func (d *Driver) Verify(r *provider.Request) error {
 
 // Parse normalizes the body, which follows the payload convention of
 // ParsePayload. EventID and DedupKey are the webhook-id header (the dedup key
-// prefixed with the account when Config.Account is set).
+// prefixed with the account when Config.Account is set). When the source is
+// configured `refetch: true` (Config.Refetch), the event is marked
+// NeedsRefetch: its fact is kept as the webhook said it, but the processor
+// applies the refetched state before money moves.
 func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	id := r.Header.Get(HeaderID)
 	if err := provider.CheckID(HeaderID, id); err != nil {
@@ -187,6 +193,7 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	}
 	ev.EventID = id
 	ev.DedupKey = provider.ScopeKey(d.account, id)
+	ev.NeedsRefetch = d.refetch
 	return ev, nil
 }
 

@@ -1,0 +1,369 @@
+package mercadopago
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+)
+
+// DefaultAPIBaseURL is Mercado Pago's API, used by RefetchRequest when the
+// source configures no api_base_url.
+const DefaultAPIBaseURL = "https://api.mercadopago.com"
+
+var _ provider.Refetcher = (*Driver)(nil)
+
+// AlwaysRefetch reports that every Mercado Pago event must be refetched (the
+// body is not signed), whatever the source's `refetch` setting. The sources
+// loader looks for this method to enable refetching without `refetch: true`.
+func (*Driver) AlwaysRefetch() bool { return true }
+
+// RefetchRequest builds GET {baseURL}/v1/payments/{paymentID} with
+// "Authorization: Bearer {token}", token being the application's access
+// token. An empty baseURL means DefaultAPIBaseURL. Mercado Pago payment ids
+// are integers: any other id is rejected, so an id taken from an unsigned
+// body can never steer the request to another API path.
+func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID string) (*http.Request, error) {
+	if baseURL == "" {
+		baseURL = DefaultAPIBaseURL
+	}
+	if paymentID == "" || len(paymentID) > 20 || strings.TrimLeft(paymentID, "0123456789") != "" {
+		return nil, errors.New("mercadopago: refetch: payment id must be 1 to 20 digits")
+	}
+	if err := checkToken(token); err != nil {
+		return nil, err
+	}
+	base, err := checkBaseURL(baseURL)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/payments/"+paymentID, nil)
+	if err != nil {
+		return nil, errors.New("mercadopago: refetch: build request: " + err.Error())
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Accept", "application/json")
+	return req, nil
+}
+
+// checkToken rejects an empty token or one that cannot be put in a header.
+// Errors never include the token.
+func checkToken(token string) error {
+	if token == "" {
+		return errors.New("mercadopago: refetch: access token is empty")
+	}
+	if strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' }) >= 0 {
+		return errors.New("mercadopago: refetch: access token contains spaces or control characters")
+	}
+	return nil
+}
+
+// checkBaseURL accepts an absolute http(s) URL without credentials, query or
+// fragment, and returns it without a trailing slash. Errors do not echo the
+// URL (it could carry credentials).
+func checkBaseURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "", errors.New("mercadopago: refetch: base URL does not parse")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", errors.New("mercadopago: refetch: base URL must be http:// or https://")
+	case u.Host == "":
+		return "", errors.New("mercadopago: refetch: base URL has no host")
+	case u.User != nil:
+		return "", errors.New("mercadopago: refetch: base URL must not carry credentials (the token is sent as a Bearer header)")
+	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
+		return "", errors.New("mercadopago: refetch: base URL must not have a query or fragment")
+	}
+	return strings.TrimRight(u.String(), "/"), nil
+}
+
+// Payment statuses of Mercado Pago's payment resource.
+const (
+	apiPending     = "pending"
+	apiInProcess   = "in_process"
+	apiAuthorized  = "authorized"
+	apiApproved    = "approved"
+	apiRejected    = "rejected"
+	apiCancelled   = "cancelled"
+	apiRefunded    = "refunded"
+	apiInMediation = "in_mediation"
+	apiChargedBack = "charged_back"
+)
+
+// Chargeback outcomes, in status_detail of a charged_back payment.
+const (
+	detailChargebackOpen = "in_process" // chargeback under review
+	detailChargebackLost = "settled"    // money retained from the seller
+	detailChargebackWon  = "reimbursed" // money given back to the seller
+)
+
+// apiPayment is the part of Mercado Pago's payment resource
+// (GET /v1/payments/{id}) that ParseRefetch reads. Amounts are decimals in
+// major units of currency_id; json.Number keeps their text exact.
+type apiPayment struct {
+	ID                        json.RawMessage `json:"id"`
+	Status                    string          `json:"status"`
+	StatusDetail              string          `json:"status_detail"`
+	CurrencyID                string          `json:"currency_id"`
+	TransactionAmount         json.Number     `json:"transaction_amount"`
+	TransactionAmountRefunded json.Number     `json:"transaction_amount_refunded"`
+	DateCreated               string          `json:"date_created"`
+	DateApproved              string          `json:"date_approved"`
+	DateLastUpdated           string          `json:"date_last_updated"`
+	Refunds                   []apiRefund     `json:"refunds"`
+}
+
+// apiRefund is one entry of the payment's refunds[].
+type apiRefund struct {
+	ID          json.RawMessage `json:"id"`
+	Amount      json.Number     `json:"amount"`
+	Status      string          `json:"status"`
+	DateCreated string          `json:"date_created"`
+}
+
+// ParseRefetch normalizes Mercado Pago's payment resource into the facts it
+// asserts, in the order they happened. The amount is transaction_amount
+// (decimal in major units of currency_id, parsed exactly); every fact
+// carries the currency.
+//
+//	status        facts
+//	pending,      pending (date_created)
+//	in_process
+//	authorized    authorized (date_last_updated)
+//	rejected      failed (date_last_updated)
+//	cancelled     canceled (date_last_updated)
+//	approved      paid (date_approved), then one fact per refund
+//	refunded      paid, the refunds, and "refunded in full" when the
+//	              refunds listed do not add up to transaction_amount
+//	in_mediation  paid, the refunds, disputed (date_last_updated)
+//	charged_back  paid, the refunds, disputed, then by status_detail:
+//	              settled (or none) dispute_lost, reimbursed dispute_won,
+//	              in_process (or any other) nothing more: still open
+//
+// Each refund whose status is approved (or absent) is a fact with RefundID =
+// its id and AmountMinor = its amount at its date_created: refunded for the
+// one that completes transaction_amount, partially_refunded otherwise.
+// Refunds in other states (in_process, rejected, cancelled) moved no money
+// and are left out. A missing date falls back to date_last_updated, then
+// date_created.
+//
+// The answer is checked for consistency, and unusable answers are errors
+// wrapping provider.ErrUnprocessable rather than facts the machine would
+// ignore: an unknown status, a missing or non-positive transaction_amount, a
+// missing or unknown currency, refunds on a payment never approved, a
+// duplicate refund id, refunds adding up to more than transaction_amount,
+// or (for approved and refunded payments) a transaction_amount_refunded
+// different from what the refunds listed add up to.
+func (d *Driver) ParseRefetch(body []byte) ([]payment.Fact, error) {
+	return parsePayment(body)
+}
+
+func parsePayment(body []byte) ([]payment.Fact, error) {
+	var p apiPayment
+	if err := provider.DecodeJSON(body, &p); err != nil {
+		return nil, err
+	}
+	if err := provider.CheckID("id", numericID(p.ID)); err != nil {
+		return nil, err
+	}
+	switch p.Status {
+	case apiPending, apiInProcess, apiAuthorized, apiApproved, apiRejected, apiCancelled,
+		apiRefunded, apiInMediation, apiChargedBack:
+	case "":
+		return nil, provider.Unprocessable("missing status")
+	default:
+		return nil, provider.Unprocessable("unknown status " + clip(p.Status))
+	}
+	if p.CurrencyID == "" {
+		return nil, provider.Unprocessable("missing currency_id")
+	}
+	cur, err := provider.Currency(p.CurrencyID)
+	if err != nil {
+		return nil, err
+	}
+	if p.TransactionAmount == "" {
+		return nil, provider.Unprocessable("missing transaction_amount")
+	}
+	amount, err := provider.AmountMajor(p.TransactionAmount, cur)
+	if err != nil {
+		return nil, err
+	}
+	if amount == 0 {
+		return nil, provider.Unprocessable("transaction_amount is zero")
+	}
+	created, err := parseTime("date_created", p.DateCreated)
+	if err != nil {
+		return nil, err
+	}
+	if created.IsZero() {
+		return nil, provider.Unprocessable("missing date_created")
+	}
+	approved, err := parseTime("date_approved", p.DateApproved)
+	if err != nil {
+		return nil, err
+	}
+	updated, err := parseTime("date_last_updated", p.DateLastUpdated)
+	if err != nil {
+		return nil, err
+	}
+	updated = cmp.Or(updated, created)
+
+	fact := func(s payment.Status, at time.Time) payment.Fact {
+		return payment.Fact{Status: s, AmountMinor: amount, Currency: cur, OccurredAt: at}
+	}
+	refunds, refunded, err := parseRefunds(p.Refunds, cur, amount, updated)
+	if err != nil {
+		return nil, err
+	}
+	paid := p.Status == apiApproved || p.Status == apiRefunded || p.Status == apiInMediation || p.Status == apiChargedBack
+	if !paid && len(refunds) > 0 {
+		return nil, provider.Unprocessable("refunds on a payment that is not approved")
+	}
+	want := refunded
+	fullRefund := p.Status == apiRefunded && refunded < amount
+	if fullRefund {
+		want = amount
+	}
+	// transaction_amount_refunded is cross-checked where it can only count
+	// refunds (approved, refunded); a mediation or chargeback may move
+	// money that is not a refund.
+	if p.TransactionAmountRefunded != "" && (p.Status == apiApproved || p.Status == apiRefunded) {
+		v, err := provider.AmountMajor(p.TransactionAmountRefunded, cur)
+		if err != nil {
+			return nil, provider.Unprocessable("transaction_amount_refunded: " + err.Error())
+		}
+		if v != want {
+			return nil, provider.Unprocessable("transaction_amount_refunded disagrees with the refunds listed")
+		}
+	}
+
+	switch p.Status {
+	case apiPending, apiInProcess:
+		return []payment.Fact{fact(payment.StatusPending, created)}, nil
+	case apiAuthorized:
+		return []payment.Fact{fact(payment.StatusAuthorized, updated)}, nil
+	case apiRejected:
+		return []payment.Fact{fact(payment.StatusFailed, updated)}, nil
+	case apiCancelled:
+		return []payment.Fact{fact(payment.StatusCanceled, updated)}, nil
+	}
+
+	// Paid, then what happened after it, in time order (ties keep the
+	// order below: refunds, the full refund, the dispute, its outcome).
+	tail := refunds
+	if fullRefund {
+		tail = append(tail, payment.Fact{Status: payment.StatusRefunded, Currency: cur, OccurredAt: updated})
+	}
+	switch p.Status {
+	case apiInMediation:
+		tail = append(tail, fact(payment.StatusDisputed, updated))
+	case apiChargedBack:
+		tail = append(tail, fact(payment.StatusDisputed, updated))
+		switch p.StatusDetail {
+		case detailChargebackLost, "":
+			tail = append(tail, fact(payment.StatusDisputeLost, updated))
+		case detailChargebackWon:
+			tail = append(tail, fact(payment.StatusDisputeWon, updated))
+		case detailChargebackOpen:
+		default:
+			// An outcome this driver does not know: keep the dispute
+			// open (money held in reserve) rather than guess.
+		}
+	}
+	slices.SortStableFunc(tail, func(a, b payment.Fact) int { return a.OccurredAt.Compare(b.OccurredAt) })
+	return append([]payment.Fact{fact(payment.StatusPaid, cmp.Or(approved, updated))}, tail...), nil
+}
+
+// parseRefunds turns the approved refunds into refund facts sorted by
+// date_created (ties in list order), and returns their total.
+func parseRefunds(in []apiRefund, cur string, amount int64, fallback time.Time) ([]payment.Fact, int64, error) {
+	var out []payment.Fact
+	seen := map[string]bool{}
+	for _, r := range in {
+		if r.Status != "" && r.Status != "approved" {
+			continue
+		}
+		id := numericID(r.ID)
+		if err := provider.CheckID("refunds[].id", id); err != nil {
+			return nil, 0, err
+		}
+		if seen[id] {
+			return nil, 0, provider.Unprocessable("duplicate refund id")
+		}
+		seen[id] = true
+		if r.Amount == "" {
+			return nil, 0, provider.Unprocessable("refund without amount")
+		}
+		v, err := provider.AmountMajor(r.Amount, cur)
+		if err != nil {
+			return nil, 0, provider.Unprocessable("refunds[].amount: " + err.Error())
+		}
+		if v == 0 {
+			return nil, 0, provider.Unprocessable("refund amount is zero")
+		}
+		at, err := parseTime("refunds[].date_created", r.DateCreated)
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, payment.Fact{
+			Status: payment.StatusPartiallyRefunded, AmountMinor: v, Currency: cur,
+			RefundID: id, OccurredAt: cmp.Or(at, fallback),
+		})
+	}
+	slices.SortStableFunc(out, func(a, b payment.Fact) int { return a.OccurredAt.Compare(b.OccurredAt) })
+	var total int64
+	for i := range out {
+		if out[i].AmountMinor > amount-total {
+			return nil, 0, provider.Unprocessable("refunds add up to more than transaction_amount")
+		}
+		total += out[i].AmountMinor
+		if total == amount {
+			out[i].Status = payment.StatusRefunded
+		}
+	}
+	return out, total, nil
+}
+
+// numericID reads an id Mercado Pago sends as a JSON integer (or, in some
+// resources, a string). A number that is not a plain non-negative integer
+// gives "".
+func numericID(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) != nil {
+		return ""
+	}
+	if t := n.String(); t != "" && strings.TrimLeft(t, "0123456789") == "" {
+		return t
+	}
+	return ""
+}
+
+// parseTime reads an optional RFC 3339 date ("" and JSON null give the zero
+// time), in UTC.
+func parseTime(what, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, provider.Unprocessable(what + " not RFC 3339")
+	}
+	if err := provider.CheckTime(what, t); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}

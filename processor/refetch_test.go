@@ -1,0 +1,137 @@
+package processor
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/provider/gatewaytest"
+	"github.com/paystream/paystream/internal/provider/standardwebhooks"
+	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/internal/testenv"
+)
+
+// TestRefetchAppliesWhatTheGatewaySays: thin events (NeedsRefetch) move no
+// money on their own body. The processor asks a real HTTP server playing the
+// gateway for the payment, outside the transaction, and applies its answer;
+// when the gateway fails, the events wait as deferred:awaiting_refetch and
+// the sweeper applies them once the gateway answers again.
+func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
+	db := testenv.NewDB(t)
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "raw", 2)
+	gw := gatewaytest.New(t)
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	gw.SetPayment("pay_a", gatewaytest.Payment{PaymentID: "pay_a", Status: "partially_refunded", Amount: 5000, Currency: "BRL",
+		PaidAt: &at, UpdatedAt: at.Add(time.Hour), Refunds: []gatewaytest.Refund{{ID: "re_1", Amount: 1500, CreatedAt: at.Add(time.Hour)}}})
+
+	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refetcher, ok := drv.(provider.Refetcher)
+	if !ok {
+		t.Fatal("standardwebhooks driver does not implement provider.Refetcher")
+	}
+	reg := prometheus.NewRegistry()
+	p, err := New(db.Pool, Config{
+		Brokers: brokers, Topic: topic, Group: testenv.Group(t), Registerer: reg,
+		Refetch: map[string]*source.RefetchConfig{"acme": {
+			Refetcher: refetcher, BaseURL: gw.URL(), Token: gw.Token(), Rate: 100, Burst: 10, Timeout: 2 * time.Second,
+		}},
+		RefetchRetry: 300 * time.Millisecond,
+		HTTPClient:   gw.Client(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); wg.Wait() })
+
+	produce := func(paymentID, eventID string) {
+		t.Helper()
+		// A thin event: no status, no amount — only that something changed.
+		env := envelope.Raw{Source: "acme", Driver: "standardwebhooks", PaymentKey: "acme:" + paymentID, ReceivedAt: time.Now().UTC(), Body: []byte(`{}`),
+			Event: provider.Event{EventID: eventID, DedupKey: eventID, PaymentID: paymentID, Type: "payment.updated", NeedsRefetch: true,
+				Fact: payment.Fact{OccurredAt: at}}}
+		v, err := env.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(env.PaymentKey), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paymentState := func(key string) (status string, version int64) {
+		err := db.Pool.QueryRow(ctx, `SELECT status, version FROM payments WHERE payment_key = $1`, key).Scan(&status, &version)
+		if err != nil {
+			return "", 0
+		}
+		return status, version
+	}
+
+	produce("pay_a", "evt_a1")
+	produce("pay_a", "evt_a2") // a second thin event for the same payment
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s, _ := paymentState("acme:pay_a")
+		return s == "partially_refunded"
+	}, "pay_a to reach the refetched state")
+	var captured, refunded int64
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT COALESCE(sum(amount_minor) FILTER (WHERE account = 'merchant_payable' AND amount_minor < 0), 0),
+		       COALESCE(sum(amount_minor) FILTER (WHERE account = 'merchant_payable' AND amount_minor > 0), 0)
+		  FROM ledger_postings WHERE payment_key = 'acme:pay_a'`).Scan(&captured, &refunded); err != nil {
+		t.Fatal(err)
+	}
+	if captured != -5000 || refunded != 1500 {
+		t.Errorf("pay_a ledger: captured %d refunded %d, want -5000 and 1500", captured, refunded)
+	}
+
+	// The gateway is down: the event waits, nothing moves, the sweeper
+	// retries and applies it once the gateway is back.
+	gw.SetPayment("pay_b", gatewaytest.Payment{PaymentID: "pay_b", Status: "paid", Amount: 700, Currency: "BRL", PaidAt: &at, UpdatedAt: at})
+	gw.FailNext(3, 503)
+	produce("pay_b", "evt_b1")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var reason string
+		_ = db.Pool.QueryRow(ctx, `SELECT COALESCE(reason, '') FROM inbox WHERE event_id = 'evt_b1' AND status = 'deferred'`).Scan(&reason)
+		s, _ := paymentState("acme:pay_b")
+		return reason == reasonAwaitingRefetch || s == "paid"
+	}, "evt_b1 to wait for its refetch")
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		s, _ := paymentState("acme:pay_b")
+		return s == "paid"
+	}, "the sweeper to apply pay_b once the gateway answers")
+	var status, reason string
+	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE event_id = 'evt_b1'`).Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != "processed" {
+		t.Errorf("evt_b1 = %s/%s, want processed", status, reason)
+	}
+	if n := gw.RequestsFor("pay_b"); n < 2 {
+		t.Errorf("gateway saw %d requests for pay_b, want the failed one and a retry", n)
+	}
+	var transitions int
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM payment_transitions WHERE payment_key = 'acme:pay_b'`).Scan(&transitions); err != nil {
+		t.Fatal(err)
+	}
+	if transitions != 1 {
+		t.Errorf("pay_b transitions = %d, want 1", transitions)
+	}
+}
