@@ -328,15 +328,6 @@ func (p *Processor) allPartitions() []int32 {
 	return out
 }
 
-// committed is called by a worker after each committed batch.
-func (p *Processor) committed(partition int32, next int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if w := p.workers[partition]; w != nil {
-		w.next.Store(next)
-	}
-}
-
 // copyOffsetsLoop copies stored offsets to Kafka every OffsetCopyInterval.
 func (p *Processor) copyOffsetsLoop(ctx context.Context, cl *kgo.Client) {
 	t := time.NewTicker(p.cfg.OffsetCopyInterval)

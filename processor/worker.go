@@ -99,7 +99,16 @@ func (w *Worker) run() {
 func (w *Worker) commit(batch []*kgo.Record) bool {
 	m := w.p.metrics
 	// Refetches happen before, never inside, the transaction.
-	refetched := w.p.refetchBatch(context.Background(), batch)
+	rctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-w.quit:
+			cancel()
+		case <-rctx.Done():
+		}
+	}()
+	refetched := w.p.refetchBatch(rctx, batch)
+	cancel()
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
