@@ -68,6 +68,7 @@ type paymentRow struct {
 
 // writes are the rows a batch writes once its decisions are made.
 type writes struct {
+	inboxAt      map[int64]int // index of an inbox id in inboxIDs
 	inboxIDs     []int64
 	inboxStatus  []string
 	inboxReason  []string
@@ -382,7 +383,19 @@ func (a *applier) transition(w *writes, p *paymentRow, inboxID int64, eventID st
 	return nil
 }
 
+// inbox records an inbox row's outcome. An event deferred and then applied
+// by a later event of the same batch is decided twice; the last decision is
+// the one written (an UPDATE ... FROM with two rows for one id would pick
+// either).
 func (w *writes) inbox(id int64, outcome payment.Outcome, reason string) {
+	if i, ok := w.inboxAt[id]; ok {
+		w.inboxStatus[i], w.inboxReason[i] = string(outcome), reason
+		return
+	}
+	if w.inboxAt == nil {
+		w.inboxAt = map[int64]int{}
+	}
+	w.inboxAt[id] = len(w.inboxIDs)
 	w.inboxIDs = append(w.inboxIDs, id)
 	w.inboxStatus = append(w.inboxStatus, string(outcome))
 	w.inboxReason = append(w.inboxReason, reason)

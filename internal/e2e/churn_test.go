@@ -1,0 +1,190 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/testenv"
+	"github.com/paystream/paystream/processor"
+)
+
+// counterSum sums a counter family gathered from reg.
+func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// TestGroupChurn runs three processors in one group on a six-partition
+// topic and keeps stopping and restarting them (a clean ctx cancel: drain
+// and leave the group) while records flow, so partitions move between
+// members again and again. At the end every record is in the inbox exactly
+// once, no effect was applied twice (transitions, postings and outbox rows
+// are what in-order replay makes, per payment balances match), the stored
+// offsets and owner epochs never went backwards, each stored offset always
+// matched the inbox rows below it, and the offsets reached the end of every
+// partition.
+func TestGroupChurn(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	brokers := testenv.Kafka(t)
+	raw := testenv.Topic(t, "raw", 6)
+	group := testenv.Group(t)
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 0))
+
+	// genHistories: created, paid, paid redelivered, partially refunded.
+	const payments = 600
+	hs := genHistories(payments)
+	var recs []*kgo.Record
+	next := make([]int, payments)
+	for left := payments * 4; left > 0; {
+		i := r.IntN(payments)
+		if next[i] == len(hs[i].events) {
+			continue
+		}
+		recs = append(recs, &kgo.Record{Topic: raw, Key: []byte(hs[i].key), Value: envelopeValue(t, "acme", hs[i].key, hs[i].events[next[i]])})
+		next[i]++
+		left--
+	}
+
+	watch := watchOffsets(t, db.Pool, group, raw)
+	var (
+		mu   sync.Mutex
+		regs []*prometheus.Registry
+	)
+	start := func() *service {
+		reg := prometheus.NewRegistry()
+		mu.Lock()
+		regs = append(regs, reg)
+		mu.Unlock()
+		return runProcessor(t, db.Pool, processor.Config{
+			Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20, Registerer: reg,
+		})
+	}
+	slots := []*service{start(), start(), start()}
+
+	// Traffic flows for the whole churn.
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		for i := 0; i < len(recs); i += 40 {
+			if err := tryProduceRaw(brokers, recs[i:min(i+40, len(recs))]...); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(60 * time.Millisecond)
+		}
+	}()
+
+	churnStart := time.Now()
+	restarts := 0
+	for flowing := true; flowing || restarts < 12; {
+		select {
+		case <-produced:
+			flowing = false
+		default:
+		}
+		time.Sleep(time.Duration(150+r.IntN(500)) * time.Millisecond)
+		// Stop one member, sometimes two at once; restart them after a
+		// moment, while the others own every partition.
+		victims := []int{r.IntN(len(slots))}
+		if r.IntN(3) == 0 {
+			victims = append(victims, (victims[0]+1)%len(slots))
+		}
+		for _, v := range victims {
+			slots[v].stop()
+		}
+		time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond)
+		for _, v := range victims {
+			slots[v] = start()
+			restarts++
+		}
+		if time.Since(churnStart) > 60*time.Second {
+			t.Fatalf("churn did not finish within 60s (%d restarts)", restarts)
+		}
+	}
+	<-produced
+	ends := endOffsetsByPartition(t, brokers, raw)
+	testenv.WaitFor(t, 90*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	for _, s := range slots {
+		s.stop()
+	}
+	watch.check(t)
+	t.Logf("%d restarts over %s, %d records", restarts, time.Since(churnStart).Round(time.Millisecond), len(recs))
+
+	total := len(recs)
+	if n := count(t, db.Pool, `SELECT count(*) FROM inbox`); n != total {
+		t.Errorf("inbox rows = %d, want %d (each record once)", n, total)
+	}
+	if n := count(t, db.Pool, `SELECT count(DISTINCT (topic, partition, kafka_offset)) FROM inbox`); n != total {
+		t.Errorf("distinct records in the inbox = %d, want %d", n, total)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status NOT IN ('processed', 'ignored')`); n != 0 {
+		t.Errorf("%d inbox rows neither processed nor ignored", n)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE reason = 'duplicate_event'`); n != payments {
+		t.Errorf("redeliveries recorded = %d, want %d", n, payments)
+	}
+
+	var m payment.Machine
+	wantTransitions, wantPostings := 0, 0
+	ledgers := ledgerByPayment(t, db.Pool)
+	for _, h := range hs {
+		var facts []payment.Fact
+		for _, ev := range h.events {
+			facts = append(facts, ev.Fact)
+		}
+		want := m.Replay(payment.State{}, facts)
+		wantTransitions += len(want.Transitions)
+		for _, tr := range want.Transitions {
+			wantPostings += len(tr.Postings)
+		}
+		if !maps.Equal(ledgers[h.key], want.State.Balances()) {
+			t.Errorf("%s: ledger %v, want %v", h.key, ledgers[h.key], want.State.Balances())
+		}
+	}
+	for _, c := range []struct {
+		table string
+		want  int
+	}{{"payment_transitions", wantTransitions}, {"ledger_postings", wantPostings}, {"outbox", wantTransitions}} {
+		if n := count(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s`, c.table)); n != c.want {
+			t.Errorf("%s rows = %d, want %d (a duplicate effect would show here)", c.table, n, c.want)
+		}
+	}
+
+	// The churn really moved partitions: each claim bumps an epoch.
+	claims := count(t, db.Pool, `SELECT COALESCE(sum(owner_epoch), 0) FROM consumer_offsets WHERE group_id = $1`, group)
+	var fenced, retries float64
+	mu.Lock()
+	for _, reg := range regs {
+		fenced += counterSum(t, reg, "paystream_processor_fenced_total")
+		retries += counterSum(t, reg, "paystream_processor_batch_retries_total")
+	}
+	mu.Unlock()
+	t.Logf("%d partition claims, %v fenced commits, %v batch retries", claims, fenced, retries)
+	if claims < 6+restarts {
+		t.Errorf("%d partition claims for %d restarts: the churn did not move partitions", claims, restarts)
+	}
+}

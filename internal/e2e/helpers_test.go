@@ -1,0 +1,358 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/ledger"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/processor"
+	"github.com/paystream/paystream/sink"
+)
+
+// envelopeValue is what a (correct, or old and buggy) ingest puts on the raw
+// topic for one event of source's payment paymentKey.
+func envelopeValue(t testing.TB, source, paymentKey string, ev provider.Event) []byte {
+	t.Helper()
+	env := envelope.Raw{
+		Source: source, Driver: "standardwebhooks", PaymentKey: paymentKey, Event: ev,
+		ReceivedAt: time.Now().UTC(), Body: []byte(`{"test":true}`),
+	}
+	v, err := env.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// produceRaw produces recs (each with Topic, Key and Value set) with the key
+// partitioner ingest uses, in order, and waits for the broker's acks. One
+// key's records land on one partition in the order given.
+func produceRaw(t testing.TB, brokers []string, recs ...*kgo.Record) {
+	t.Helper()
+	if err := tryProduceRaw(brokers, recs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryProduceRaw is produceRaw for goroutines other than the test's.
+func tryProduceRaw(brokers []string, recs ...*kgo.Record) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+		kgo.RequiredAcks(kgo.AllISRAcks()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce %d raw records: %w", len(recs), err)
+	}
+	return nil
+}
+
+// testLogger logs warnings and errors to the test's output.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// service is a component running in the test process.
+type service struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+// stop cancels the component and waits for Run to return (it drains).
+func (s *service) stop() {
+	s.once.Do(func() {
+		s.cancel()
+		<-s.done
+	})
+}
+
+func startService(t testing.TB, name string, run func(context.Context) error) *service {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &service{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		if err := run(ctx); err != nil {
+			t.Errorf("%s: Run: %v", name, err)
+		}
+	}()
+	t.Cleanup(s.stop)
+	return s
+}
+
+// runProcessor runs a processor in the test process until the returned
+// service is stopped (or the test ends).
+func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *service {
+	t.Helper()
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = 6 * time.Second // the broker's minimum
+	}
+	proc, err := processor.New(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startService(t, "processor", proc.Run)
+}
+
+// runSink runs a sink relay in the test process.
+func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *service {
+	t.Helper()
+	relay, err := sink.New(pool, sink.Config{
+		Brokers: brokers, Topic: topic, PollInterval: 10 * time.Millisecond,
+		Logger: testLogger(t), Registerer: prometheus.NewRegistry(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startService(t, "sink", relay.Run)
+}
+
+// endOffsetsByPartition returns each partition's end offset.
+func endOffsetsByPartition(t testing.TB, brokers []string, topic string) map[int32]int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
+		}
+		out[o.Partition] = o.Offset
+	})
+	return out
+}
+
+// storedOffsets returns the next offsets stored in Postgres for group.
+func storedOffsets(t testing.TB, pool *pgxpool.Pool, group, topic string) map[int32]int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		`SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2`, group, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	out := map[int32]int64{}
+	for rows.Next() {
+		var p int32
+		var off int64
+		if err := rows.Scan(&p, &off); err != nil {
+			t.Fatal(err)
+		}
+		out[p] = off
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// caughtUp reports, as an error, how far the stored offsets are from the
+// topic's end offsets.
+func caughtUp(t testing.TB, pool *pgxpool.Pool, group, topic string, ends map[int32]int64) error {
+	stored := storedOffsets(t, pool, group, topic)
+	for p, end := range ends {
+		if end > 0 && stored[p] != end {
+			return fmt.Errorf("partition %d: stored offset %d, end offset %d", p, stored[p], end)
+		}
+	}
+	return nil
+}
+
+// offsetWatch polls a group's stored offsets and owner epochs and records
+// every decrease, and every snapshot in which a partition's stored offset
+// and its inbox rows disagree (the offset must advance in the transaction
+// that writes the rows of the records it covers).
+type offsetWatch struct {
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu          sync.Mutex
+	regressions []string
+	torn        []string
+	polls       int
+}
+
+func watchOffsets(t testing.TB, pool *pgxpool.Pool, group, topic string) *offsetWatch {
+	w := &offsetWatch{stop: make(chan struct{})}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		lastOff, lastEpoch := map[int32]int64{}, map[int32]int64{}
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			// One statement, one snapshot: the offset and the inbox rows
+			// are seen as of the same commit.
+			rows, err := pool.Query(context.Background(), `
+				SELECT co.partition, co.next_offset, co.owner_epoch,
+				       (SELECT count(*) FROM inbox i WHERE i.topic = co.topic AND i.partition = co.partition AND i.kafka_offset < co.next_offset),
+				       (SELECT count(*) FROM inbox i WHERE i.topic = co.topic AND i.partition = co.partition AND i.kafka_offset >= co.next_offset)
+				  FROM consumer_offsets co WHERE co.group_id = $1 AND co.topic = $2`, group, topic)
+			if err != nil {
+				continue
+			}
+			w.mu.Lock()
+			w.polls++
+			for rows.Next() {
+				var p int32
+				var off, epoch, below, above int64
+				if rows.Scan(&p, &off, &epoch, &below, &above) != nil {
+					continue
+				}
+				if off < lastOff[p] {
+					w.regressions = append(w.regressions, fmt.Sprintf("partition %d: offset %d after %d", p, off, lastOff[p]))
+				}
+				if epoch < lastEpoch[p] {
+					w.regressions = append(w.regressions, fmt.Sprintf("partition %d: epoch %d after %d", p, epoch, lastEpoch[p]))
+				}
+				if below != off || above != 0 {
+					w.torn = append(w.torn, fmt.Sprintf("partition %d: stored offset %d but %d inbox rows below it and %d at or above it", p, off, below, above))
+				}
+				lastOff[p], lastEpoch[p] = off, epoch
+			}
+			w.mu.Unlock()
+			rows.Close()
+		}
+	}()
+	t.Cleanup(w.finish)
+	return w
+}
+
+func (w *offsetWatch) finish() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	w.wg.Wait()
+}
+
+// check stops the watch and fails the test if it saw an offset or epoch go
+// backwards or an offset disagree with the inbox.
+func (w *offsetWatch) check(t testing.TB) {
+	t.Helper()
+	w.finish()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.polls == 0 {
+		t.Errorf("offset watch never polled")
+	}
+	for _, r := range w.regressions {
+		t.Errorf("went backwards: %s", r)
+	}
+	for _, r := range w.torn {
+		t.Errorf("offset and inbox disagree: %s", r)
+	}
+}
+
+// ledgerByPayment sums ledger_postings per payment, account and currency,
+// leaving zero balances out (as payment.State.Balances does).
+func ledgerByPayment(t testing.TB, pool *pgxpool.Pool) map[string]map[ledger.Key]int64 {
+	t.Helper()
+	rows, err := pool.Query(context.Background(),
+		`SELECT payment_key, account, currency, sum(amount_minor)::bigint FROM ledger_postings GROUP BY 1, 2, 3`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	got := map[string]map[ledger.Key]int64{}
+	for rows.Next() {
+		var key string
+		var k ledger.Key
+		var sum int64
+		if err := rows.Scan(&key, &k.Account, &k.Currency, &sum); err != nil {
+			t.Fatal(err)
+		}
+		if sum == 0 {
+			continue
+		}
+		if got[key] == nil {
+			got[key] = map[ledger.Key]int64{}
+		}
+		got[key][k] = sum
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// stateRecord is one record consumed from the normalized topic.
+type stateRecord struct {
+	eventID string // the event-id header
+	raw     []byte
+	ev      envelope.State
+}
+
+// consumeState reads want records of the normalized topic from the start,
+// in each partition's order.
+func consumeState(t testing.TB, brokers []string, topic string, want int, timeout time.Duration) []stateRecord {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []stateRecord
+	for len(out) < want {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d of %d state records within %s", len(out), want, timeout)
+		}
+		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			sr := stateRecord{raw: r.Value}
+			for _, h := range r.Headers {
+				if h.Key == envelope.HeaderEventID {
+					sr.eventID = string(h.Value)
+				}
+			}
+			if err := json.Unmarshal(r.Value, &sr.ev); err != nil {
+				t.Fatalf("state record %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+			}
+			if string(r.Key) != sr.ev.PaymentKey {
+				t.Errorf("state record %s: key %q, payment_key %q", sr.eventID, r.Key, sr.ev.PaymentKey)
+			}
+			out = append(out, sr)
+		})
+	}
+	return out
+}
