@@ -28,6 +28,11 @@ var (
 
 func compile() {
 	c := jsonschema.NewCompiler()
+	// Under draft 2020-12, "format" and "contentEncoding" are annotations
+	// unless asserted: without these, an occurred_at of "yesterday" or a body
+	// that is not base64 would validate.
+	c.AssertFormat()
+	c.AssertContent()
 	compiled = map[string]*jsonschema.Schema{}
 	for _, name := range []string{RawEnvelope, PaymentState} {
 		b, err := files.ReadFile(name)
@@ -53,7 +58,8 @@ func compile() {
 	}
 }
 
-// Validate checks a JSON value against the named schema.
+// Validate checks a JSON value against the named schema, asserting its
+// formats (date-time) and content encodings (base64) too.
 func Validate(name string, value []byte) error {
 	compileOnce.Do(compile)
 	if compileErr != nil {

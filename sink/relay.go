@@ -23,8 +23,17 @@ import (
 	"github.com/paystream/paystream/internal/envelope"
 )
 
-// relayLockKey is the advisory lock the active relay holds ("paysink").
-const relayLockKey = 0x7061797369_6e6b
+// relayLockClass is the first key of the advisory lock the active relay
+// holds ("psnk"); the second is the outbox table's OID, so the lock is one
+// per outbox — per schema — not one per database, and relays of different
+// schemas in one database (tests, shards) do not wait on each other.
+const relayLockClass = 0x70736e6b
+
+// The relay lock's statements; 'outbox' resolves through the search_path.
+const (
+	tryLockSQL = "SELECT pg_try_advisory_lock($1, 'outbox'::regclass::oid::int4)"
+	unlockSQL  = "SELECT pg_advisory_unlock($1, 'outbox'::regclass::oid::int4)"
+)
 
 // Config configures a Relay.
 type Config struct {
@@ -135,7 +144,7 @@ func (r *Relay) lead(ctx context.Context, cl *kgo.Client) error {
 	defer conn.Release()
 	for {
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", relayLockKey).Scan(&got); err != nil {
+		if err := conn.QueryRow(ctx, tryLockSQL, relayLockClass).Scan(&got); err != nil {
 			return fmt.Errorf("take relay lock: %w", err)
 		}
 		if got {
@@ -153,7 +162,7 @@ func (r *Relay) lead(ctx context.Context, cl *kgo.Client) error {
 	defer func() {
 		r.metrics.active.Set(0)
 		// Unlock on a live connection; on a dead one the lock died with it.
-		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", relayLockKey)
+		_, _ = conn.Exec(context.Background(), unlockSQL, relayLockClass)
 	}()
 	for ctx.Err() == nil {
 		n, err := r.relayOnce(ctx, conn.Conn(), cl)

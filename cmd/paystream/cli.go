@@ -35,13 +35,14 @@ type cli struct {
 	Migrate   migrateCmd   `cmd:"" help:"Apply database migrations (idempotent) and create Kafka topics."`
 	Dev       devCmd       `cmd:"" help:"Run ingest, processor and sink in one process with embedded Kafka and a private Postgres."`
 	Inspect   inspectCmd   `cmd:"" help:"Show what paystream knows about a payment."`
+	Loadgen   loadgenCmd   `cmd:"" help:"Send correctly signed webhooks to an ingest at a target rate and report throughput and latency."`
 	Replay    replayCmd    `cmd:"" help:"Re-drive a held payment's quarantined events after a fix, exactly once."`
 	Version   versionCmd   `cmd:"" help:"Print the version."`
 }
 
 // kafkaFlags are shared by every command that talks to Kafka.
 type kafkaFlags struct {
-	KafkaBrokers []string `help:"Kafka seed brokers, comma-separated." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT,..."`
+	KafkaBrokers []string `help:"Kafka seed brokers, comma-separated." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
 }
 
 func (k kafkaFlags) brokers() ([]string, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -23,9 +24,9 @@ import (
 
 type devCmd struct {
 	DataDir      string   `help:"Directory for the embedded Kafka's and the private Postgres's data (kept between runs)." default:".data" env:"PAYSTREAM_DATA_DIR"`
-	KafkaBrokers []string `help:"Use these Kafka brokers instead of the embedded one." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT,..."`
-	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL"`
-	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3"`
+	KafkaBrokers []string `help:"Use these Kafka brokers instead of the embedded one." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
+	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
 	topicFlags
 	ingestFlags
 }
@@ -53,6 +54,14 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	// Listen first: a taken port fails at once, before Kafka and Postgres
+	// start, and the banner shows the address really listened on (a port
+	// of 0 picks a free one).
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen for webhooks (--http-addr, PAYSTREAM_HTTP_ADDR): %w", err)
+	}
+	defer ln.Close()
 	dataDir, err := filepath.Abs(c.DataDir)
 	if err != nil {
 		return err
@@ -137,7 +146,11 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	for name, run := range map[string]func(context.Context) error{"ingest": srv.Run, "processor": proc.Run, "sink": relay.Run} {
+	for name, run := range map[string]func(context.Context) error{
+		"ingest":    func(ctx context.Context) error { return srv.Serve(ctx, ln) },
+		"processor": proc.Run,
+		"sink":      relay.Run,
+	} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -147,10 +160,23 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 			}
 		}()
 	}
-	printDevBanner(c.HTTPAddr, sources, c.DataDir)
+	printDevBanner(bannerAddr(ln.Addr()), sources, c.DataDir)
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// bannerAddr is the host:port a local client reaches addr at: the loopback
+// address when addr listens on every interface.
+func bannerAddr(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // printDevBanner prints the webhook URL and an example request signed for
@@ -180,7 +206,8 @@ func printDevBanner(addr string, sources map[string]*source.Source, dataDir stri
 		}
 		fmt.Fprintf(os.Stderr, "\nExample (valid for 5 minutes):\n\n  curl -sS -X POST http://%s/webhooks/%s \\\n    -H 'content-type: application/json' \\\n    -H 'webhook-id: %s' -H 'webhook-timestamp: %d' \\\n    -H 'webhook-signature: %s' \\\n    -d '%s'\n",
 			addr, name, id, now.Unix(), sig, body)
-		fmt.Fprintf(os.Stderr, "\nThen: paystream inspect payment --data-dir %s --source %s --id pay_demo_1\n\n", dataDir, name)
+		// As invoked (./bin/paystream under `make run`), so it can be pasted too.
+		fmt.Fprintf(os.Stderr, "\nThen: %s inspect payment --data-dir %s --source %s --id pay_demo_1\n\n", os.Args[0], dataDir, name)
 		break
 	}
 }

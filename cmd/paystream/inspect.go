@@ -18,7 +18,7 @@ type inspectCmd struct {
 }
 
 type inspectPaymentCmd struct {
-	DatabaseURL string `help:"Postgres connection URL." env:"PAYSTREAM_DATABASE_URL"`
+	DatabaseURL string `help:"Postgres connection URL." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
 	DataDir     string `help:"Data dir of a 'paystream dev' instance (used when no database URL is set)." default:".data" env:"PAYSTREAM_DATA_DIR"`
 	Source      string `help:"Source name, as in the sources file." required:""`
 	Account     string `help:"Account, for sources configured with one."`
@@ -27,8 +27,9 @@ type inspectPaymentCmd struct {
 }
 
 func (c *inspectPaymentCmd) Run(ctx context.Context) error {
-	url := c.DatabaseURL
+	url, fromDev := c.DatabaseURL, false
 	if url == "" {
+		fromDev = true
 		raw, err := os.ReadFile(devStatePath(c.DataDir))
 		if err != nil {
 			return fmt.Errorf("no database: set --database-url or PAYSTREAM_DATABASE_URL, or point --data-dir at a running 'paystream dev' (%w)", err)
@@ -40,6 +41,10 @@ func (c *inspectPaymentCmd) Run(ctx context.Context) error {
 		url = st.DatabaseURL
 	}
 	pool, err := openPool(ctx, url)
+	if err != nil && fromDev {
+		return fmt.Errorf("the database of the 'paystream dev' in %s does not answer: is it running? "+
+			"(start it with 'paystream dev --data-dir %s', or set --database-url): %w", c.DataDir, c.DataDir, err)
+	}
 	if err != nil {
 		return err
 	}

@@ -15,7 +15,7 @@ import (
 type migrateCmd struct {
 	dbFlags
 	topicFlags
-	KafkaBrokers      []string `help:"Kafka seed brokers; when set, the topics are created too." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT,..."`
+	KafkaBrokers      []string `help:"Kafka seed brokers; when set, the topics are created too." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
 	Partitions        int32    `help:"Partitions of the raw and state topics when creating them." default:"12" env:"PAYSTREAM_PARTITIONS"`
 	ReplicationFactor int16    `help:"Replication factor when creating topics (-1: broker default)." default:"-1" env:"PAYSTREAM_REPLICATION_FACTOR"`
 }

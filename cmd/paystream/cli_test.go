@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// envRunMain makes the test binary act as paystream: run(args) in a child
+// process, so that exit statuses, kong's os.Exit after --help and what goes
+// to stdout and stderr are observed as a user sees them.
+const envRunMain = "PAYSTREAM_CLI_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envRunMain) == "1" {
+		os.Exit(run(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// paystream runs run(args) in a child process whose environment has no
+// PAYSTREAM_ setting except those in env ("NAME=value").
+func paystream(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PAYSTREAM_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, envRunMain+"=1"), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("paystream %s: %v\nstderr: %s", strings.Join(args, " "), err, r.stderr)
+	}
+	return r
+}
+
+// commands returns the subcommands `paystream --help` lists, e.g. "ingest",
+// "inspect payment".
+func commands(t *testing.T, help string) []string {
+	t.Helper()
+	_, list, ok := strings.Cut(help, "\nCommands:\n")
+	if !ok {
+		t.Fatalf("--help lists no commands:\n%s", help)
+	}
+	var out []string
+	for _, m := range regexp.MustCompile(`(?m)^  (\S+(?: [a-z]\S*)?)\s{2,}`).FindAllStringSubmatch(list, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// readmeEnv reads the README's configuration table: for each PAYSTREAM_
+// variable, the commands it is documented as used by ("all" meaning every
+// service command).
+func readmeEnv(t *testing.T) map[string][]string {
+	t.Helper()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	services := []string{"ingest", "processor", "sink", "migrate", "dev"}
+	out := map[string][]string{}
+	row := regexp.MustCompile("(?m)^\\| (`PAYSTREAM_[^|]*) \\|[^|]*\\|[^|]*\\| ([^|]*) \\|$")
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		var users []string
+		for u := range strings.SplitSeq(m[2], ",") {
+			switch u = strings.TrimSpace(u); u {
+			case "all":
+				users = append(users, services...)
+			case "inspect":
+				users = append(users, "inspect payment")
+			default:
+				users = append(users, u)
+			}
+		}
+		// "`PAYSTREAM_RAW_TOPIC` / `_STATE_TOPIC` / `_DLQ_TOPIC`"
+		for _, v := range regexp.MustCompile("`(PAYSTREAM)?(_[A-Z_]+)`").FindAllStringSubmatch(m[1], -1) {
+			out["PAYSTREAM"+v[2]] = users
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("found %d variables in README's configuration table, want the whole table: %v", len(out), out)
+	}
+	return out
+}
+
+// TestHelp: `paystream --help` and every subcommand's --help exit 0; each
+// command's help names every environment variable the README documents it
+// as using; and each service command's flags all have one ("Every flag has
+// an environment variable").
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	top := paystream(t, nil, "--help")
+	if top.code != 0 || !strings.Contains(top.stdout, "Usage: paystream") {
+		t.Fatalf("--help: exit %d, stdout:\n%s\nstderr:\n%s", top.code, top.stdout, top.stderr)
+	}
+	cmds := commands(t, top.stdout)
+	for _, want := range []string{"ingest", "processor", "sink", "migrate", "dev", "inspect payment", "version"} {
+		if !slices.Contains(cmds, want) {
+			t.Errorf("--help does not list %q (lists %q)", want, cmds)
+		}
+	}
+	docs := readmeEnv(t)
+	t.Logf("commands %q; README's variables and their users %v", cmds, docs)
+	flagLine := regexp.MustCompile(`(?m)^\s+(?:-\w, )?(--[a-z][a-z0-9-]*)`)
+	envRef := regexp.MustCompile(`\(\$(PAYSTREAM_[A-Z_]+)\)`)
+	for _, cmd := range cmds {
+		t.Run(strings.ReplaceAll(cmd, " ", "_"), func(t *testing.T) {
+			t.Parallel()
+			r := paystream(t, nil, append(strings.Fields(cmd), "--help")...)
+			if r.code != 0 || !strings.Contains(r.stdout, "Usage: paystream "+cmd) {
+				t.Fatalf("%s --help: exit %d, stdout:\n%s\nstderr:\n%s", cmd, r.code, r.stdout, r.stderr)
+			}
+			help := r.stdout
+			// Kong wraps help lines; join them so "($PAYSTREAM_X)" is whole.
+			joined := regexp.MustCompile(`\n\s+`).ReplaceAllString(help, " ")
+			for env, users := range docs {
+				if slices.Contains(users, cmd) && !strings.Contains(joined, "$"+env) {
+					t.Errorf("%s --help does not mention %s, which README's configuration table says it uses", cmd, env)
+				}
+			}
+			if !slices.Contains([]string{"ingest", "processor", "sink", "migrate", "dev"}, cmd) {
+				return
+			}
+			// Each flag's help runs until the next flag; it must name its variable.
+			_, flags, _ := strings.Cut(help, "\nFlags:\n")
+			locs := flagLine.FindAllStringSubmatchIndex(flags, -1)
+			for i, loc := range locs {
+				name := flags[loc[2]:loc[3]]
+				end := len(flags)
+				if i+1 < len(locs) {
+					end = locs[i+1][0]
+				}
+				if name != "--help" && !envRef.MatchString(strings.ReplaceAll(flags[loc[0]:end], "\n", " ")) {
+					t.Errorf("%s %s has no environment variable in --help", cmd, name)
+				}
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	r := paystream(t, nil, "version")
+	if r.code != 0 || !regexp.MustCompile(`^paystream \S+\n$`).MatchString(r.stdout) {
+		t.Errorf("version: exit %d, stdout %q, stderr %q; want 0 and \"paystream VERSION\"", r.code, r.stdout, r.stderr)
+	}
+}
+
+// TestMissingConfig: a command started without what it needs fails at
+// once, with a non-zero status and a message naming the flag and the
+// environment variable to set — before it connects to anything.
+func TestMissingConfig(t *testing.T) {
+	t.Parallel()
+	sources := filepath.Join(t.TempDir(), "sources.yaml")
+	if err := os.WriteFile(sources, []byte("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Unroutable addresses: reaching them would hang, not fail.
+	broker := "--kafka-brokers=192.0.2.1:9092"
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"processor"}, []string{"--kafka-brokers", "PAYSTREAM_KAFKA_BROKERS"}},
+		{[]string{"processor", broker}, []string{"--database-url", "PAYSTREAM_DATABASE_URL"}},
+		{[]string{"sink"}, []string{"--kafka-brokers", "PAYSTREAM_KAFKA_BROKERS"}},
+		{[]string{"sink", broker}, []string{"--database-url", "PAYSTREAM_DATABASE_URL"}},
+		{[]string{"ingest"}, []string{"--kafka-brokers", "PAYSTREAM_KAFKA_BROKERS"}},
+		{[]string{"ingest", broker}, []string{"--sources", "PAYSTREAM_SOURCES"}},
+		{[]string{"migrate"}, []string{"--database-url", "PAYSTREAM_DATABASE_URL"}},
+		{[]string{"dev"}, []string{"--sources", "PAYSTREAM_SOURCES"}},
+		{[]string{"inspect", "payment", "--source", "acme", "--id", "pay_1", "--data-dir", t.TempDir()},
+			[]string{"--database-url", "PAYSTREAM_DATABASE_URL", "paystream dev"}},
+		{[]string{"inspect", "payment", "--id", "pay_1"}, []string{"--source"}},
+	}
+	for _, tc := range cases {
+		start := time.Now()
+		r := paystream(t, nil, tc.args...)
+		took := time.Since(start)
+		if r.code == 0 {
+			t.Errorf("%s: exit 0, want a failure", strings.Join(tc.args, " "))
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("%s: stderr %q does not mention %s", strings.Join(tc.args, " "), r.stderr, w)
+			}
+		}
+		if took > 10*time.Second {
+			t.Errorf("%s: took %s to fail", strings.Join(tc.args, " "), took)
+		}
+	}
+}
+
+// TestFlagsWinOverEnv: a flag and its environment variable both work, and
+// the flag wins when both are set.
+func TestFlagsWinOverEnv(t *testing.T) {
+	t.Parallel()
+	fromEnv, fromFlag := filepath.Join(t.TempDir(), "env-dir"), filepath.Join(t.TempDir(), "flag-dir")
+	args := []string{"inspect", "payment", "--source", "acme", "--id", "pay_1"}
+	r := paystream(t, []string{"PAYSTREAM_DATA_DIR=" + fromEnv}, args...)
+	if r.code == 0 || !strings.Contains(r.stderr, fromEnv) {
+		t.Errorf("PAYSTREAM_DATA_DIR alone: exit %d, stderr %q; want it used", r.code, r.stderr)
+	}
+	r = paystream(t, []string{"PAYSTREAM_DATA_DIR=" + fromEnv}, append(args, "--data-dir", fromFlag)...)
+	if r.code == 0 || !strings.Contains(r.stderr, fromFlag) || strings.Contains(r.stderr, fromEnv) {
+		t.Errorf("--data-dir and PAYSTREAM_DATA_DIR: exit %d, stderr %q; want the flag used", r.code, r.stderr)
+	}
+}
+
+// TestBadSourcesFile: a sources file mistake stops the command with the
+// source and field named and the secret kept out of the message.
+func TestBadSourcesFile(t *testing.T) {
+	t.Parallel()
+	const secret = "whsec_c2VjcmV0LXRoYXQtbXVzdC1ub3QtbGVhaw=="
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	if err := os.WriteFile(path, []byte("sources:\n  - name: acme\n    driver: stripe2\n    secrets: [\""+secret+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := paystream(t, nil, "ingest", "--kafka-brokers=192.0.2.1:9092", "--sources", path)
+	if r.code == 0 || !strings.Contains(r.stderr, `source "acme"`) || !strings.Contains(r.stderr, "stripe2") {
+		t.Errorf("exit %d, stderr %q; want a failure naming source acme and driver stripe2", r.code, r.stderr)
+	}
+	if strings.Contains(r.stderr+r.stdout, strings.TrimPrefix(secret, "whsec_")) {
+		t.Errorf("output contains the secret: %q", r.stderr)
+	}
+	if r := paystream(t, nil, "ingest", "--kafka-brokers=192.0.2.1:9092", "--sources", path+".missing"); r.code == 0 ||
+		!strings.Contains(r.stderr, "sources.yaml.missing") {
+		t.Errorf("missing sources file: exit %d, stderr %q; want a failure naming it", r.code, r.stderr)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{}, {"bogus"}, {"processor", "--no-such-flag"}, {"--log-level", "loud", "version"}} {
+		r := paystream(t, nil, args...)
+		if r.code == 0 || r.stderr == "" {
+			t.Errorf("paystream %q: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		}
+	}
+}
+
+func TestBannerAddr(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"127.0.0.1:8080": "127.0.0.1:8080",
+		"0.0.0.0:8080":   "127.0.0.1:8080",
+		"[::]:8080":      "127.0.0.1:8080",
+		"[::1]:8080":     "[::1]:8080",
+		"10.1.2.3:80":    "10.1.2.3:80",
+	} {
+		addr, err := net.ResolveTCPAddr("tcp", in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := bannerAddr(addr); got != want {
+			t.Errorf("bannerAddr(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

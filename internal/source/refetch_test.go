@@ -1,0 +1,307 @@
+package source_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/provider/drivers"
+	"github.com/paystream/paystream/internal/provider/gatewaytest"
+	"github.com/paystream/paystream/internal/provider/standardwebhooks"
+	"github.com/paystream/paystream/internal/source"
+)
+
+const (
+	refetchSWSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	refetchToken    = "sk_live_R3fetchT0ken"
+)
+
+func refetchParse(t *testing.T, yaml string) (map[string]*source.Source, error) {
+	t.Helper()
+	return source.Parse([]byte(yaml), drivers.Factories())
+}
+
+func TestRefetchStandardWebhooks(t *testing.T) {
+	t.Parallel()
+	gw := gatewaytest.NewWithToken(t, refetchToken)
+	at := time.Date(2024, 6, 12, 19, 45, 0, 0, time.UTC)
+	gw.SetPayment("pay_1", gatewaytest.Payment{PaymentID: "pay_1", Status: "paid", Amount: 1050, Currency: "BRL", UpdatedAt: at})
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(refetchToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srcs, err := refetchParse(t, fmt.Sprintf(`
+sources:
+  - name: acme
+    driver: standardwebhooks
+    secrets: [%q]
+    refetch: true
+    api_base_url: %s
+    api_token: file:%s
+  - name: plain
+    driver: standardwebhooks
+    secrets: [%q]
+`, refetchSWSecret, gw.URL(), tokenFile, refetchSWSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := srcs["acme"]
+	c := src.Refetch
+	if c == nil {
+		t.Fatal("refetch: true gave no RefetchConfig")
+	}
+	if c.BaseURL != gw.URL() || c.Token != refetchToken || c.Rate != source.DefaultRefetchRate || c.Burst != 10 || c.Timeout != source.DefaultRefetchTimeout {
+		t.Fatalf("RefetchConfig = %s (token ok: %v)", c, c.Token == refetchToken)
+	}
+	if c.Refetcher != src.Driver.(provider.Refetcher) {
+		t.Fatal("Refetcher is not the source's driver")
+	}
+	if srcs["plain"].Refetch != nil {
+		t.Fatal("a source without refetch got a RefetchConfig")
+	}
+
+	// The driver marks events NeedsRefetch for the refetching source only.
+	for name, want := range map[string]bool{"acme": true, "plain": false} {
+		ev, err := srcs[name].Driver.Parse(refetchSigned(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.NeedsRefetch != want {
+			t.Fatalf("%s: NeedsRefetch = %v, want %v", name, ev.NeedsRefetch, want)
+		}
+	}
+
+	// The config builds a request the gateway answers, and the answer parses.
+	ctx, cancel := context.WithTimeout(context.Background(), c.Timeout)
+	defer cancel()
+	req, err := c.Request(ctx, "pay_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("gateway answered %d: %s", resp.StatusCode, body)
+	}
+	facts, err := c.Refetcher.ParseRefetch(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(facts) != 1 || facts[0].Status != payment.StatusPaid || facts[0].AmountMinor != 1050 {
+		t.Fatalf("facts %+v", facts)
+	}
+}
+
+func refetchSigned(t *testing.T) *provider.Request {
+	t.Helper()
+	now := time.Now()
+	body := []byte(`{"type":"payment.paid","timestamp":"2024-06-12T19:45:00Z","data":{"payment_id":"pay_1","amount":1050,"currency":"BRL"}}`)
+	sig, err := standardwebhooks.Sign(refetchSWSecret, "msg_1", now, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &provider.Request{Header: http.Header{}, Body: body, Now: now}
+	r.Header.Set(standardwebhooks.HeaderID, "msg_1")
+	r.Header.Set(standardwebhooks.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+	r.Header.Set(standardwebhooks.HeaderSignature, sig)
+	return r
+}
+
+func TestRefetchSettings(t *testing.T) {
+	t.Parallel()
+	srcs, err := refetchParse(t, fmt.Sprintf(`
+sources:
+  - name: acme
+    driver: standardwebhooks
+    secrets: [%q]
+    refetch: true
+    api_base_url: https://api.acme.example/v2/
+    api_token: %s
+    refetch_rate: 2.5
+    refetch_timeout: 750ms
+  - name: burst
+    driver: standardwebhooks
+    secrets: [%q]
+    refetch: true
+    api_base_url: https://api.acme.example
+    api_token: %s
+    refetch_rate: 0.5
+    refetch_burst: 4
+`, refetchSWSecret, refetchToken, refetchSWSecret, refetchToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srcs["acme"].Refetch
+	if c.Rate != 2.5 || c.Burst != 3 || c.Timeout != 750*time.Millisecond {
+		t.Fatalf("acme: %s", c)
+	}
+	req, err := c.Request(context.Background(), "pay_1")
+	if err != nil || req.URL.String() != "https://api.acme.example/v2/payments/pay_1" {
+		t.Fatalf("Request = %v, %v", req.URL, err)
+	}
+	if c := srcs["burst"].Refetch; c.Rate != 0.5 || c.Burst != 4 {
+		t.Fatalf("burst: %s", c)
+	}
+}
+
+func TestRefetchMercadoPago(t *testing.T) {
+	t.Parallel()
+	srcs, err := refetchParse(t, fmt.Sprintf(`
+sources:
+  - name: mp
+    driver: mercadopago
+    secrets: ["mp-webhook-secret"]
+    api_token: %s
+  - name: mp-explicit
+    driver: mercadopago
+    secrets: ["mp-webhook-secret"]
+    refetch: true
+    api_token: %s
+    api_base_url: http://127.0.0.1:9
+  - name: mp-bare
+    driver: mercadopago
+    secrets: ["mp-webhook-secret"]
+`, refetchToken, refetchToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srcs["mp"].Refetch
+	if c == nil || c.BaseURL != "" || c.Token != refetchToken {
+		t.Fatalf("mp: RefetchConfig %v", c)
+	}
+	req, err := c.Request(context.Background(), "83791262741")
+	if err != nil || req.URL.String() != "https://api.mercadopago.com/v1/payments/83791262741" {
+		t.Fatalf("Request = %v, %v", req, err)
+	}
+	if got := req.Header.Get("Authorization"); got != "Bearer "+refetchToken {
+		t.Fatalf("Authorization = %q", got)
+	}
+	if c := srcs["mp-explicit"].Refetch; c == nil || c.BaseURL != "http://127.0.0.1:9" {
+		t.Fatalf("mp-explicit: %v", c)
+	}
+	// Without any API setting, Mercado Pago loads (tools that only sign
+	// webhooks need no API token) but cannot refetch.
+	if srcs["mp-bare"].Refetch != nil {
+		t.Fatalf("mp-bare: %v", srcs["mp-bare"].Refetch)
+	}
+}
+
+func TestRefetchErrors(t *testing.T) {
+	t.Parallel()
+	sw := func(extra string) string {
+		return fmt.Sprintf("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [%q]\n%s", refetchSWSecret, extra)
+	}
+	other := func(driver, secret, extra string) string {
+		return fmt.Sprintf("sources:\n  - name: gw\n    driver: %s\n    secrets: [%q]\n%s", driver, secret, extra)
+	}
+	on := "    refetch: true\n    api_base_url: https://api.acme.example\n    api_token: " + refetchToken + "\n"
+	for name, tc := range map[string]struct {
+		yaml string
+		want []string
+	}{
+		"driver cannot refetch": {other("pagbank", "5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A", "    refetch: true\n    api_token: x\n"),
+			[]string{`source "gw"`, "refetch", "pagbank", "Refetcher"}},
+		"hmac cannot refetch": {"sources:\n  - name: gw\n    driver: hmac\n    secrets: [s]\n    options: {header: X-Sig}\n    refetch: true\n",
+			[]string{`source "gw"`, "refetch", "hmac"}},
+		"mercadopago refetch false": {other("mercadopago", "s", "    refetch: false\n"),
+			[]string{`source "gw"`, "refetch", "always"}},
+		"api_token without refetch": {sw("    api_token: " + refetchToken + "\n"),
+			[]string{`source "acme"`, "api_token", "refetch is off"}},
+		"refetch_rate without refetch": {other("stripe", "whsec_x", "    refetch_rate: 5\n"),
+			[]string{`source "gw"`, "refetch_rate", "refetch is off"}},
+		"refetch false with settings": {sw("    refetch: false\n    api_base_url: https://x.example\n"),
+			[]string{`source "acme"`, "api_base_url", "refetch is off"}},
+		"no api_token": {sw("    refetch: true\n    api_base_url: https://api.acme.example\n"),
+			[]string{`source "acme"`, "api_token", "required"}},
+		"mercadopago settings without token": {other("mercadopago", "s", "    refetch_rate: 5\n"),
+			[]string{`source "gw"`, "api_token", "required"}},
+		"api_token env unset": {sw("    refetch: true\n    api_base_url: https://api.acme.example\n    api_token: env:PAYSTREAM_TEST_UNSET_REFETCH_TOKEN\n"),
+			[]string{`source "acme"`, "api_token", "PAYSTREAM_TEST_UNSET_REFETCH_TOKEN"}},
+		"api_token with a space": {sw("    refetch: true\n    api_base_url: https://api.acme.example\n    api_token: \"sk_live R3fetch\"\n"),
+			[]string{`source "acme"`, "api_token"}},
+		"no api_base_url for a generic gateway": {sw("    refetch: true\n    api_token: " + refetchToken + "\n"),
+			[]string{`source "acme"`, "api_base_url", "required"}},
+		"api_base_url not http": {sw("    refetch: true\n    api_base_url: ftp://api.acme.example\n    api_token: " + refetchToken + "\n"),
+			[]string{`source "acme"`, "api_base_url"}},
+		"api_base_url with credentials": {sw("    refetch: true\n    api_base_url: https://user:hunter2@api.acme.example\n    api_token: " + refetchToken + "\n"),
+			[]string{`source "acme"`, "api_base_url", "credentials"}},
+		"mercadopago bad api_base_url": {other("mercadopago", "s", "    api_base_url: api.mercadopago.com\n    api_token: "+refetchToken+"\n"),
+			[]string{`source "gw"`, "api_base_url"}},
+		"refetch_rate zero":         {sw(on + "    refetch_rate: 0\n"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate negative":     {sw(on + "    refetch_rate: -1\n"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate infinite":     {sw(on + "    refetch_rate: .inf\n"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate NaN":          {sw(on + "    refetch_rate: .nan\n"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate huge":         {sw(on + "    refetch_rate: 1e300\n"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate not a number": {sw(on + "    refetch_rate: fast\n"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_burst zero":        {sw(on + "    refetch_burst: 0\n"), []string{`source "acme"`, "refetch_burst"}},
+		"refetch_timeout zero":      {sw(on + "    refetch_timeout: 0s\n"), []string{`source "acme"`, "refetch_timeout"}},
+		"refetch_timeout garbage":   {sw(on + "    refetch_timeout: soon\n"), []string{`source "acme"`, "refetch_timeout"}},
+		"refetch not a bool":        {sw("    refetch: maybe\n"), []string{`source "acme"`, "refetch"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			_, err := refetchParse(t, tc.yaml)
+			if err == nil {
+				t.Fatal("Parse accepted it")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+			for _, secret := range []string{refetchToken, "R3fetch", "hunter2"} {
+				if strings.Contains(err.Error(), secret) {
+					t.Errorf("error %q reveals a secret", err)
+				}
+			}
+		})
+	}
+}
+
+// TestRefetchTokenNeverPrinted checks the ways a config usually reaches a
+// log: fmt verbs, log/slog and JSON.
+func TestRefetchTokenNeverPrinted(t *testing.T) {
+	t.Parallel()
+	srcs, err := refetchParse(t, fmt.Sprintf(`
+sources:
+  - name: mp
+    driver: mercadopago
+    secrets: ["mp-webhook-secret"]
+    api_token: %s
+`, refetchToken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srcs["mp"].Refetch
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "%v %+v %#v %s %v %+v", c, c, c, c, *c, *c)
+	slog.New(slog.NewJSONHandler(&out, nil)).Info("source", "refetch", c, "value", *c)
+	slog.New(slog.NewTextHandler(&out, nil)).Info("source", "refetch", c)
+	b, err := json.Marshal(srcs["mp"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Write(b)
+	if strings.Contains(out.String(), refetchToken) {
+		t.Fatalf("token printed: %s", out.String())
+	}
+	if !strings.Contains(out.String(), "[redacted]") {
+		t.Fatalf("nothing says the token is redacted: %s", out.String())
+	}
+}
