@@ -73,3 +73,11 @@ clean: ## Remove build output and the dev data dir.
 .PHONY: bench-processor
 bench-processor: build ## Processor throughput (batched vs one tx per event) and peak RSS on the real stack.
 	@$(with_stack) $(GO) run ./bench/processor -binary bin/paystream $(BENCH_PROCESSOR_FLAGS)
+
+.PHONY: bench-ingest
+bench-ingest: ## Ingest vs a bare HMAC handler on the local Kafka, then p50/p99 at 5,000 req/s (≈1.5 min).
+	@$(with_stack) $(GO) run ./bench/ingest $(BENCH_ARGS)
+
+.PHONY: loadgen
+loadgen: build ## Send signed webhooks to a running ingest, e.g. make loadgen ARGS="--rate 1000/s -d 30s".
+	./bin/paystream loadgen --sources $(SOURCES) $(ARGS)

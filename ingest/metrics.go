@@ -4,9 +4,39 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/paystream/paystream/internal/source"
 )
+
+// outcome is a request's outcome, the "outcome" label of
+// paystream_ingest_requests_total.
+type outcome int
+
+const (
+	outcomeAccepted outcome = iota
+	outcomeDLQ
+	outcomeIrrelevant
+	outcomeUnauthorized
+	outcomeTooLarge
+	outcomeBadRequest
+	outcomeUnavailable
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{
+	outcomeAccepted:     "accepted",
+	outcomeDLQ:          "dead_lettered",
+	outcomeIrrelevant:   "irrelevant",
+	outcomeUnauthorized: "unauthorized",
+	outcomeTooLarge:     "too_large",
+	outcomeBadRequest:   "bad_request",
+	outcomeUnavailable:  "unavailable",
+}
+
+// outcomeUnknownSource is counted with source "unknown", so a scan of
+// random URLs cannot create label values.
+const outcomeUnknownSource = "unknown_source"
+
+// outcomeCounters are one source's request counters, by outcome.
+type outcomeCounters [numOutcomes]prometheus.Counter
 
 type metrics struct {
 	requests          *prometheus.CounterVec
@@ -16,7 +46,7 @@ type metrics struct {
 	inFlight          prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer, sources map[string]*source.Source) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paystream_ingest_requests_total",
@@ -46,8 +76,16 @@ func newMetrics(reg prometheus.Registerer, sources map[string]*source.Source) (*
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}
 	}
-	for name := range sources {
-		m.requests.WithLabelValues(name, outcomeAccepted)
-	}
+	m.requests.WithLabelValues("unknown", outcomeUnknownSource)
 	return m, nil
+}
+
+// forSource returns the request counters of a source, every outcome
+// declared, so rates and alerts start from zero.
+func (m *metrics) forSource(name string) outcomeCounters {
+	var c outcomeCounters
+	for o, label := range outcomeNames {
+		c[o] = m.requests.WithLabelValues(name, label)
+	}
+	return c
 }

@@ -1,0 +1,225 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/provider"
+)
+
+// Answers, encoded once.
+var (
+	answerReceived     = []byte(`{"received":true}` + "\n")
+	answerUnknown      = []byte(`{"error":"unknown source"}` + "\n")
+	answerUnreadable   = []byte(`{"error":"could not read body"}` + "\n")
+	answerUnauthorized = []byte(`{"error":"signature verification failed"}` + "\n")
+	answerUnavailable  = []byte(`{"error":"event store unavailable, retry later"}` + "\n")
+	answerUnencodable  = []byte(`{"error":"could not encode event"}` + "\n")
+	answerHealthy      = []byte(`{"ok":true}` + "\n")
+	answerReady        = []byte(`{"ready":true}` + "\n")
+	answerNotReady     = []byte(`{"error":"kafka unreachable","ready":false}` + "\n")
+	answerNotFound     = []byte(`{"error":"not found"}` + "\n")
+	jsonContentType    = []string{"application/json"}
+)
+
+func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
+	s.metrics.inFlight.Inc()
+	defer s.metrics.inFlight.Dec()
+
+	rt, ok := s.routes[chi.URLParam(r, "source")]
+	if !ok {
+		s.metrics.requests.WithLabelValues("unknown", outcomeUnknownSource).Inc()
+		writeBody(w, http.StatusNotFound, answerUnknown)
+		return
+	}
+	src := rt.src
+	buf := getBuffer()
+	defer putBuffer(buf)
+	body, err := readBody(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes), r.ContentLength, src.MaxBodyBytes, buf)
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			rt.outcomes[outcomeTooLarge].Inc()
+			writeBody(w, http.StatusRequestEntityTooLarge, []byte(`{"error":"body too large","limit_bytes":`+strconv.FormatInt(src.MaxBodyBytes, 10)+"}\n"))
+			return
+		}
+		rt.outcomes[outcomeBadRequest].Inc()
+		writeBody(w, http.StatusBadRequest, answerUnreadable)
+		return
+	}
+	s.metrics.bodyBytes.Observe(float64(len(body)))
+
+	req := &provider.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: s.cfg.Now()}
+	if err := src.Driver.Verify(req); err != nil {
+		reason := provider.ReasonBadSignature
+		var ve *provider.VerifyError
+		if errors.As(err, &ve) {
+			reason = ve.Reason
+		}
+		s.metrics.signatureFailures.WithLabelValues(src.Name, reason).Inc()
+		rt.outcomes[outcomeUnauthorized].Inc()
+		s.log.Info("webhook rejected", "source", src.Name, "reason", reason)
+		writeBody(w, http.StatusUnauthorized, answerUnauthorized)
+		return
+	}
+
+	ev, err := src.Driver.Parse(req)
+	if errors.Is(err, provider.ErrIrrelevant) {
+		// Authentic and well-formed, but it asserts no payment fact (a
+		// Mercado Pago merchant_order, an Asaas PAYMENT_UPDATED): nothing
+		// to keep, nothing for the gateway to retry.
+		rt.outcomes[outcomeIrrelevant].Inc()
+		s.log.Debug("webhook irrelevant", "source", src.Name, "reason", err.Error())
+		writeBody(w, http.StatusOK, answerReceived)
+		return
+	}
+	msg := envelopeFields{
+		source:     src.Name,
+		driver:     src.DriverName,
+		receivedAt: req.Now.UTC(),
+		header:     r.Header,
+		body:       body,
+	}
+	topic, o := s.cfg.Topic, outcomeAccepted
+	if err != nil {
+		// Authentic but unprocessable: answer 200 so the gateway stops
+		// retrying, and keep it on the DLQ with the reason.
+		topic, o = s.cfg.DLQTopic, outcomeDLQ
+		msg.reason = err.Error()
+		msg.paymentKey = src.Name + ":unknown"
+		s.log.Warn("webhook dead-lettered", "source", src.Name, "reason", msg.reason)
+	} else {
+		msg.event = &ev
+		msg.paymentKey = src.PaymentKey(ev.PaymentID)
+	}
+	p := getPending()
+	p.buf = append(p.buf[:0], msg.paymentKey...)
+	p.buf, err = appendEnvelope(p.buf, &msg)
+	if err != nil {
+		putPending(p)
+		rt.outcomes[outcomeBadRequest].Inc()
+		s.log.Warn("webhook not encodable", "source", src.Name, "error", err)
+		writeBody(w, http.StatusBadRequest, answerUnencodable)
+		return
+	}
+	p.rec = kgo.Record{Topic: topic, Key: p.buf[:len(msg.paymentKey)], Value: p.buf[len(msg.paymentKey):]}
+	if err := s.produce(r.Context(), p); err != nil {
+		rt.outcomes[outcomeUnavailable].Inc()
+		s.log.Warn("produce failed", "source", src.Name, "topic", topic, "error", err)
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.cfg.RetryAfter)))
+		writeBody(w, http.StatusServiceUnavailable, answerUnavailable)
+		return
+	}
+	rt.outcomes[o].Inc()
+	writeBody(w, http.StatusOK, answerReceived)
+}
+
+// retryAfterSeconds rounds d up to whole seconds, at least 1.
+func retryAfterSeconds(d time.Duration) int {
+	return max(1, int((d+time.Second-1)/time.Second))
+}
+
+// pending is one record on its way to the broker: the record, its key and
+// value bytes, and the promise that reports the acknowledgement. It is
+// reused once the promise has run, never before (the client holds the
+// record until then).
+type pending struct {
+	rec     kgo.Record
+	buf     []byte
+	done    chan error
+	promise func(*kgo.Record, error)
+}
+
+var pendingPool = sync.Pool{New: func() any {
+	p := &pending{done: make(chan error, 1), buf: make([]byte, 0, 4096)}
+	p.promise = func(_ *kgo.Record, err error) { p.done <- err }
+	return p
+}}
+
+func getPending() *pending { return pendingPool.Get().(*pending) }
+
+func putPending(p *pending) {
+	if cap(p.buf) > 1<<20 {
+		return // keep the pool's memory bounded
+	}
+	p.rec = kgo.Record{}
+	pendingPool.Put(p)
+}
+
+// produce waits for the broker's acknowledgement of p.rec, at most
+// ProduceTimeout. A record that times out may still be written later; the
+// gateway's retry is then a duplicate, which the processor ignores. When the
+// producer's buffer is full (the broker has been unreachable for a while)
+// it fails at once instead of queueing the request.
+//
+// The record is produced with a context of its own: a client hanging up
+// must not cancel it (canceling can fail the records batched with it).
+func (s *Server) produce(ctx context.Context, p *pending) error {
+	start := time.Now()
+	s.kafka.TryProduce(context.Background(), &p.rec, p.promise)
+	timer := time.NewTimer(s.cfg.ProduceTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-p.done:
+		s.metrics.produceSeconds.Observe(time.Since(start).Seconds())
+		putPending(p)
+		return err
+	case <-timer.C:
+		return fmt.Errorf("broker did not acknowledge within %s", s.cfg.ProduceTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Body buffers: most webhooks are a few KiB, so one pooled buffer per
+// request avoids growing a fresh slice for each.
+var bufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 8192); return &b }}
+
+func getBuffer() *[]byte { return bufferPool.Get().(*[]byte) }
+
+func putBuffer(b *[]byte) {
+	if cap(*b) > 1<<20 {
+		return
+	}
+	*b = (*b)[:0]
+	bufferPool.Put(b)
+}
+
+// readBody reads r (already limited to limit bytes by a MaxBytesReader)
+// into *buf, growing it to the announced length at once when there is one.
+// The returned slice aliases *buf.
+func readBody(r io.Reader, contentLength, limit int64, buf *[]byte) ([]byte, error) {
+	b := (*buf)[:0]
+	if contentLength > 0 && contentLength <= limit && int64(cap(b)) < contentLength+1 {
+		b = make([]byte, 0, contentLength+1) // +1: see EOF without growing
+	}
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			*buf = b
+			if errors.Is(err, io.EOF) {
+				return b, nil
+			}
+			return nil, err
+		}
+	}
+}
+
+func writeBody(w http.ResponseWriter, status int, body []byte) {
+	w.Header()["Content-Type"] = jsonContentType
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
