@@ -70,7 +70,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paystream_processor_lag_records",
-			Help: "Records between the last fetched offset and the partition's high watermark.",
+			Help: "Records between the partition's offset stored in Postgres and its high watermark at the last fetch.",
 		}, []string{"partition"}),
 		deferred: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paystream_processor_deferred_events",

@@ -230,7 +230,7 @@ func (p *Processor) Run(ctx context.Context) error {
 			if w == nil {
 				return // not ours any more; the new owner resumes from Postgres
 			}
-			p.metrics.lag.WithLabelValues(partitionLabel(ftp.Partition)).Set(float64(max(ftp.HighWatermark-ftp.Records[len(ftp.Records)-1].Offset-1, 0)))
+			w.highWatermark.Store(ftp.HighWatermark)
 			w.enqueue(ctx, ftp.Records)
 		})
 		cl.AllowRebalance()

@@ -2,11 +2,14 @@ package processor
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -135,3 +138,61 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		t.Errorf("pay_b transitions = %d, want 1", transitions)
 	}
 }
+
+// TestRefetchCircuitBreakerAndTimeout: a gateway that keeps failing is left
+// alone once the breaker opens (it sees no more requests), and a gateway
+// slower than the source's timeout fails the refetch instead of stalling
+// the partition.
+func TestRefetchCircuitBreakerAndTimeout(t *testing.T) {
+	gw := gatewaytest.New(t)
+	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	gw.SetPayment("pay_c", gatewaytest.Payment{PaymentID: "pay_c", Status: "paid", Amount: 100, Currency: "BRL", PaidAt: &at, UpdatedAt: at})
+	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &source.RefetchConfig{Refetcher: drv.(provider.Refetcher), BaseURL: gw.URL(), Token: gw.Token(), Rate: 1000, Burst: 100, Timeout: 2 * time.Second}
+	r := newRefetcher(map[string]*source.RefetchConfig{"acme": cfg}, gw.Client(), slogDiscard(), m)
+	ctx := context.Background()
+
+	if facts, err := r.fetch(ctx, "acme", "pay_c"); err != nil || len(facts) != 1 || facts[0].Status != payment.StatusPaid {
+		t.Fatalf("healthy gateway: %v, %v", facts, err)
+	}
+	gw.FailNext(100, 500)
+	for i := 0; i < 8; i++ {
+		if _, err := r.fetch(ctx, "acme", "pay_c"); err == nil {
+			t.Fatalf("fetch %d succeeded against a failing gateway", i)
+		}
+	}
+	if got := gw.RequestsFor("pay_c"); got != 1+5 {
+		t.Errorf("gateway saw %d requests, want 6: one healthy, then five failures before the breaker opened", got)
+	}
+	if got := counterValue(t, m.refetches.WithLabelValues("acme", "breaker_open")); got != 3 {
+		t.Errorf("breaker_open refetches = %v, want 3", got)
+	}
+
+	// A slow gateway: the request is abandoned at the source's timeout.
+	slow := gatewaytest.New(t)
+	slow.SetPayment("pay_d", gatewaytest.Payment{PaymentID: "pay_d", Status: "paid", Amount: 100, Currency: "BRL", PaidAt: &at, UpdatedAt: at})
+	slow.Delay(3 * time.Second)
+	slowCfg := &source.RefetchConfig{Refetcher: drv.(provider.Refetcher), BaseURL: slow.URL(), Token: slow.Token(), Rate: 1000, Burst: 100, Timeout: 100 * time.Millisecond}
+	rs := newRefetcher(map[string]*source.RefetchConfig{"slow": slowCfg}, slow.Client(), slogDiscard(), m)
+	if _, err := rs.fetch(ctx, "slow", "pay_d"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("slow gateway: err = %v, want a deadline exceeded", err)
+	}
+}
+
+func counterValue(t *testing.T, c prometheus.Counter) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

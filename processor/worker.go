@@ -27,6 +27,8 @@ type Worker struct {
 	quitOnce sync.Once
 	done     chan struct{}
 	next     atomic.Int64 // stored offset after the last commit
+	// highWatermark is the partition's end offset as of the last fetch.
+	highWatermark atomic.Int64
 }
 
 func newWorker(p *Processor, topic string, partition int32, epoch int64) *Worker {
@@ -127,6 +129,8 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 			if out.applied > 0 {
 				w.next.Store(out.next)
 			}
+			// Lag from the offset stored in Postgres, the one that counts.
+			m.lag.WithLabelValues(partitionLabel(w.partition)).Set(float64(max(w.highWatermark.Load()-out.next, 0)))
 			return true
 		}
 		if errors.Is(err, ErrFenced) {
