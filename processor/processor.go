@@ -193,8 +193,11 @@ func (p *Processor) Run(ctx context.Context) error {
 		kgo.AdjustFetchOffsetsFn(p.assign),
 		kgo.OnPartitionsRevoked(p.revoke),
 		kgo.OnPartitionsLost(p.revoke),
-		kgo.FetchMaxBytes(16 << 20),
-		kgo.FetchMaxPartitionBytes(4 << 20),
+		// Bounded buffering: one fetch in flight, a few MiB each, so memory
+		// does not grow with the backlog (see MaxBufferedBatches).
+		kgo.FetchMaxBytes(4 << 20),
+		kgo.FetchMaxPartitionBytes(1 << 20),
+		kgo.MaxConcurrentFetches(1),
 	}, p.cfg.KafkaOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

@@ -117,7 +117,7 @@ func (b *bench) run(name string, n, batch int) result {
 	fmt.Printf("   produced %d events in %s\n", n, time.Since(start).Round(time.Millisecond))
 
 	cmd := exec.Command(b.binary, "processor", "--kafka-brokers", strings.Join(b.brokers, ","), "--database-url", url,
-		"--raw-topic", topic, "--group", group, "--batch-max-records", strconv.Itoa(batch), "--log-level", "warn")
+		"--raw-topic", topic, "--group", group, "--batch-max-records", strconv.Itoa(batch), "--log-level", "warn", "--metrics-addr", os.Getenv("BENCH_METRICS_ADDR"))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	check(cmd.Start())
 	defer func() {
