@@ -3,11 +3,13 @@ package processor
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -39,9 +41,13 @@ type applier struct {
 
 // delivery is one decoded record and what became of it.
 type delivery struct {
-	rec     *kgo.Record
-	env     envelope.Raw
-	inboxID int64 // 0 for a redelivery of an event already in the inbox
+	rec *kgo.Record
+	env envelope.Raw
+	// inboxID is the inbox row's id; for a first delivery not yet inserted
+	// it is newRef(offset), resolved when the row is written.
+	inboxID int64
+	// duplicate marks a redelivery of an event already in the inbox.
+	duplicate bool
 	// refetched, when not nil, are the facts the gateway's API asserted
 	// for the payment: applied instead of the webhook's own fact.
 	refetched []payment.Fact
@@ -94,11 +100,14 @@ type writes struct {
 
 // applyBatch applies recs (one partition's, in offset order, all at or past
 // the stored offset) inside tx with a fixed number of round trips whatever
-// the batch size: one pipeline records every delivery in the inbox
-// (deduplicating on the unique key), locks the payments involved and loads
-// their deferred events; the machine then decides every event in memory, in
-// offset order; a second pipeline writes the inbox outcomes, transitions,
-// ledger postings, outbox events and payment states.
+// the batch size: one pipeline finds which deliveries are redeliveries,
+// locks the payments involved and loads their deferred events; the machine
+// then decides every event in memory, in offset order; a second pipeline
+// inserts the inbox rows with their final outcome — the unique key on
+// (source, dedup_key) is the deduplication: a first delivery that conflicts
+// fails the batch, which is retried — and writes the transitions, ledger
+// postings, outbox events and payment states. Each inbox row is written
+// once, never inserted and then updated.
 //
 // A record that cannot be applied deterministically (undecodable, an
 // invalid fact, a value Postgres refuses) fails the call with a poison
@@ -113,22 +122,26 @@ func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record,
 		}
 		ds[i] = delivery{rec: rec, env: env, refetched: refetched[rec.Offset]}
 	}
-	payments, err := a.recordDeliveries(ctx, tx, ds)
+	payments, err := a.loadDeliveries(ctx, tx, ds)
 	if err != nil {
 		return nil, err
 	}
 	return a.decide(ctx, tx, ds, payments)
 }
 
-// decide runs the machine over deliveries already in the inbox (inboxID 0
-// marks a redelivery), in order, against their locked payments, and writes
-// what it decided. It is shared by batches and by replays.
+// newRef stands for the inbox id of the first delivery at offset until its
+// row is inserted.
+func newRef(offset int64) int64 { return -offset - 1 }
+
+// decide runs the machine over deliveries, in order, against their locked
+// payments, and writes what it decided. It is shared by batches, replays and
+// the refetch sweeper (whose deliveries are inbox rows already).
 func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
 	var w writes
 	results := make([]result, 0, len(ds))
 	for i := range ds {
 		d := &ds[i]
-		if d.inboxID == 0 {
+		if d.duplicate {
 			results = append(results, result{d.env.Source, string(payment.OutcomeIgnored), reasonDuplicateEvent})
 			continue
 		}
@@ -211,85 +224,155 @@ func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments
 		}
 		p.waiting = kept
 	}
-	if err := a.write(ctx, tx, &w, payments); err != nil {
+	if err := a.write(ctx, tx, &w, ds, payments); err != nil {
 		return nil, err
 	}
 	return results, nil
 }
 
-// recordDeliveries inserts every delivery into the inbox — first deliveries
-// as 'received', redeliveries as ignored duplicates pointing at the first —
-// and returns the payments of the first deliveries, locked, with their
-// deferred events. One round trip.
-func (a *applier) recordDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) (map[string]*paymentRow, error) {
+// loadDeliveries marks the redeliveries among ds (their (source,
+// dedup_key) is in the inbox already, or earlier in the batch) and returns
+// the payments of ds, locked, with their deferred events. One round trip.
+func (a *applier) loadDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) (map[string]*paymentRow, error) {
 	n := len(ds)
-	topic, partition := ds[0].rec.Topic, ds[0].rec.Partition
-	var (
-		sources, dedups, eventIDs, types, keys, facts = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		payloads                                      = make([][]byte, n)
-		offsets                                       = make([]int64, n)
-		occurred                                      = make([]*time.Time, n)
-		received                                      = make([]time.Time, n)
-	)
-	byOffset := make(map[int64]*delivery, n)
+	sources, dedups := make([]string, n), make([]string, n)
 	var paymentKeys []string
 	payments := map[string]*paymentRow{}
 	for i := range ds {
 		d := &ds[i]
-		ev := d.env.Event
-		fact, err := json.Marshal(ev.Fact)
-		if err != nil {
-			return nil, poison("encode fact: %w", err)
-		}
-		sources[i], dedups[i], eventIDs[i], types[i], keys[i], facts[i] = d.env.Source, ev.DedupKey, ev.EventID, ev.Type, d.env.PaymentKey, string(fact)
-		payloads[i], offsets[i], occurred[i], received[i] = d.rec.Value, d.rec.Offset, nullTime(ev.Fact.OccurredAt), d.env.ReceivedAt
-		byOffset[d.rec.Offset] = d
+		sources[i], dedups[i] = d.env.Source, d.env.Event.DedupKey
 		if payments[d.env.PaymentKey] == nil {
-			payments[d.env.PaymentKey] = &paymentRow{key: d.env.PaymentKey, source: d.env.Source, paymentID: ev.PaymentID}
+			payments[d.env.PaymentKey] = &paymentRow{key: d.env.PaymentKey, source: d.env.Source, paymentID: d.env.Event.PaymentID}
 			paymentKeys = append(paymentKeys, d.env.PaymentKey)
 		}
 	}
-
+	type dedupKey struct{ source, key string }
+	known := map[dedupKey]bool{}
 	b := &pgx.Batch{}
 	b.Queue(`
-		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, fact, payload,
-		                   topic, partition, kafka_offset, occurred_at, received_at)
-		SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'received', u.fact::jsonb, u.payload,
-		       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
-		  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::bytea[],
-		              $10::bigint[], $11::timestamptz[], $12::timestamptz[])
-		       AS u(source, dedup_key, event_id, event_type, payment_key, fact, payload, kafka_offset, occurred_at, received_at)
-		 ORDER BY u.kafka_offset
-		ON CONFLICT (source, dedup_key) WHERE duplicate_of IS NULL DO NOTHING
-		RETURNING id, kafka_offset`,
-		topic, partition, sources, dedups, eventIDs, types, keys, facts, payloads, offsets, occurred, received,
-	).Query(func(rows pgx.Rows) error {
+		SELECT f.source, f.dedup_key FROM inbox f
+		  JOIN unnest($1::text[], $2::text[]) AS u(source, dedup_key) ON f.source = u.source AND f.dedup_key = u.dedup_key
+		 WHERE f.duplicate_of IS NULL`, sources, dedups).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
-			var id, off int64
-			if err := rows.Scan(&id, &off); err != nil {
+			var k dedupKey
+			if err := rows.Scan(&k.source, &k.key); err != nil {
 				return err
 			}
-			byOffset[off].inboxID = id
+			known[k] = true
 		}
 		return rows.Err()
 	})
-	b.Queue(`
-		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
-		                   topic, partition, kafka_offset, occurred_at, received_at)
-		SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $11, f.id,
-		       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
-		  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::timestamptz[])
-		       AS u(source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at)
-		  JOIN inbox f ON f.source = u.source AND f.dedup_key = u.dedup_key AND f.duplicate_of IS NULL
-		 WHERE NOT (f.topic = $1 AND f.partition = $2 AND f.kafka_offset = u.kafka_offset)
-		 ORDER BY u.kafka_offset`,
-		topic, partition, sources, dedups, eventIDs, types, keys, offsets, occurred, received, reasonDuplicateEvent,
-	)
 	queueLoadPayments(b, paymentKeys, payments)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("record deliveries: %w", err)
+		return nil, fmt.Errorf("load deliveries: %w", err)
+	}
+	for i := range ds {
+		d := &ds[i]
+		k := dedupKey{d.env.Source, d.env.Event.DedupKey}
+		d.duplicate = known[k]
+		known[k] = true
+		d.inboxID = newRef(d.rec.Offset)
 	}
 	return payments, nil
+}
+
+// errDedupRace fails a batch whose pre-read missed a first delivery that
+// another transaction inserted meanwhile; the retry sees it as a duplicate.
+var errDedupRace = errors.New("inbox: a first delivery was inserted concurrently; retrying the batch")
+
+// queueNewDeliveries queues the inserts of the batch's deliveries: first
+// deliveries with the outcome decide gave them, then redeliveries as
+// ignored duplicates pointing at the first. The unique key decides: if a
+// first delivery conflicts, the batch fails with errDedupRace.
+func queueNewDeliveries(b *pgx.Batch, w *writes, ds []delivery) error {
+	var (
+		sources, dedups, eventIDs, types, keys, facts, statuses, reasons []string
+		payloads                                                         [][]byte
+		offsets                                                          []int64
+		occurred                                                         []*time.Time
+		received                                                         []time.Time
+		dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys            []string
+		dupOffsets                                                       []int64
+		dupOccurred                                                      []*time.Time
+		dupReceived                                                      []time.Time
+	)
+	for i := range ds {
+		d := &ds[i]
+		if d.rec == nil || d.inboxID > 0 {
+			continue // an inbox row already (replay, sweeper)
+		}
+		ev := d.env.Event
+		if d.duplicate {
+			dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys = append(dupSources, d.env.Source), append(dupDedups, ev.DedupKey),
+				append(dupEventIDs, ev.EventID), append(dupTypes, ev.Type), append(dupKeys, d.env.PaymentKey)
+			dupOffsets, dupOccurred, dupReceived = append(dupOffsets, d.rec.Offset), append(dupOccurred, nullTime(ev.Fact.OccurredAt)), append(dupReceived, d.env.ReceivedAt)
+			continue
+		}
+		at, ok := w.inboxAt[d.inboxID]
+		if !ok {
+			return fmt.Errorf("inbox event at offset %d has no outcome", d.rec.Offset)
+		}
+		fact, err := json.Marshal(ev.Fact)
+		if err != nil {
+			return poison("encode fact: %w", err)
+		}
+		sources, dedups, eventIDs, types, keys = append(sources, d.env.Source), append(dedups, ev.DedupKey), append(eventIDs, ev.EventID),
+			append(types, ev.Type), append(keys, d.env.PaymentKey)
+		facts, statuses, reasons = append(facts, string(fact)), append(statuses, w.inboxStatus[at]), append(reasons, w.inboxReason[at])
+		payloads, offsets, occurred, received = append(payloads, d.rec.Value), append(offsets, d.rec.Offset), append(occurred, nullTime(ev.Fact.OccurredAt)), append(received, d.env.ReceivedAt)
+	}
+	topic, partition := topicOf(ds), partitionOf(ds)
+	if len(offsets) > 0 {
+		want := len(offsets)
+		b.Queue(`
+			INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, attempts, fact, payload,
+			                   topic, partition, kafka_offset, occurred_at, received_at)
+			SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, u.status, NULLIF(u.reason, ''), 1,
+			       u.fact::jsonb, u.payload, $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+			  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[],
+			              $12::bigint[], $13::timestamptz[], $14::timestamptz[])
+			       AS u(source, dedup_key, event_id, event_type, payment_key, status, reason, fact, payload, kafka_offset, occurred_at, received_at)
+			 ORDER BY u.kafka_offset
+			ON CONFLICT (source, dedup_key) WHERE duplicate_of IS NULL DO NOTHING`,
+			topic, partition, sources, dedups, eventIDs, types, keys, statuses, reasons, facts, payloads, offsets, occurred, received,
+		).Exec(func(ct pgconn.CommandTag) error {
+			if int(ct.RowsAffected()) != want {
+				return errDedupRace
+			}
+			return nil
+		})
+	}
+	if len(dupOffsets) > 0 {
+		b.Queue(`
+			INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
+			                   topic, partition, kafka_offset, occurred_at, received_at)
+			SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $11, f.id,
+			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+			  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::timestamptz[])
+			       AS u(source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at)
+			  JOIN inbox f ON f.source = u.source AND f.dedup_key = u.dedup_key AND f.duplicate_of IS NULL
+			 ORDER BY u.kafka_offset`,
+			topic, partition, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOffsets, dupOccurred, dupReceived, reasonDuplicateEvent)
+	}
+	return nil
+}
+
+func topicOf(ds []delivery) string {
+	for _, d := range ds {
+		if d.rec != nil {
+			return d.rec.Topic
+		}
+	}
+	return ""
+}
+
+func partitionOf(ds []delivery) int32 {
+	for _, d := range ds {
+		if d.rec != nil {
+			return d.rec.Partition
+		}
+	}
+	return 0
 }
 
 // queueLoadPayments queues, on b, the locking read of the payments in keys
@@ -401,14 +484,26 @@ func (w *writes) inbox(id int64, outcome payment.Outcome, reason string) {
 	w.inboxReason = append(w.inboxReason, reason)
 }
 
-// write sends every row the batch decided on in one pipeline.
-func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, payments map[string]*paymentRow) error {
+// write sends every row the batch decided on in one pipeline: the inbox
+// rows of new deliveries (with their outcome), the outcomes of inbox rows
+// decided again, payment states, transitions, postings and outbox events.
+func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, ds []delivery, payments map[string]*paymentRow) error {
 	b := &pgx.Batch{}
-	if len(w.inboxIDs) > 0 {
+	if err := queueNewDeliveries(b, w, ds); err != nil {
+		return err
+	}
+	var updIDs []int64
+	var updStatus, updReason []string
+	for i, id := range w.inboxIDs {
+		if id > 0 {
+			updIDs, updStatus, updReason = append(updIDs, id), append(updStatus, w.inboxStatus[i]), append(updReason, w.inboxReason[i])
+		}
+	}
+	if len(updIDs) > 0 {
 		b.Queue(`
 			UPDATE inbox SET status = u.status, reason = NULLIF(u.reason, ''), attempts = attempts + 1, processed_at = now()
 			  FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, status, reason)
-			 WHERE inbox.id = u.id`, w.inboxIDs, w.inboxStatus, w.inboxReason)
+			 WHERE inbox.id = u.id`, updIDs, updStatus, updReason)
 	}
 	var (
 		keys, sources, ids, statuses, currencies, states []string
@@ -440,10 +535,12 @@ func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, payments map[
 	if len(w.trKey) > 0 {
 		b.Queue(`
 			INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, refund_id, inbox_id)
-			SELECT k, v, f, t, kind, amt, cur, NULLIF(ref, ''), inbox
+			SELECT k, v, f, t, kind, amt, cur, NULLIF(ref, ''),
+			       CASE WHEN inbox > 0 THEN inbox
+			            ELSE (SELECT id FROM inbox WHERE topic = $10 AND partition = $11 AND kafka_offset = -inbox - 1) END
 			  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::bigint[])
 			       AS u(k, v, f, t, kind, amt, cur, ref, inbox)`,
-			w.trKey, w.trVersion, w.trFrom, w.trTo, w.trKind, w.trAmount, w.trCurrency, w.trRefundID, w.trInboxID)
+			w.trKey, w.trVersion, w.trFrom, w.trTo, w.trKind, w.trAmount, w.trCurrency, w.trRefundID, w.trInboxID, topicOf(ds), partitionOf(ds))
 	}
 	if len(w.postKey) > 0 {
 		b.Queue(`
