@@ -75,7 +75,7 @@ type paymentRow struct {
 // writes are the rows a batch writes once its decisions are made.
 type writes struct {
 	inboxAt      map[int64]int // index of an inbox id in inboxIDs
-	inboxIDs     []int64
+	inboxIDs     []int64       // inbox ids, or newRef(offset) for rows not inserted yet
 	inboxStatus  []string
 	inboxReason  []string
 	trKey        []string
@@ -170,7 +170,7 @@ func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments
 		for _, f := range facts {
 			dec := a.machine.Apply(p.state, f)
 			if dec.Outcome == payment.OutcomeIgnored && dec.Reason == payment.ReasonInvalidFact {
-				return nil, poison("inbox event %d (%s): invalid fact", d.inboxID, ev.Type)
+				return nil, poison("event %s (%s): invalid fact", ev.EventID, ev.Type)
 			}
 			if first == nil || (dec.Outcome == payment.OutcomeApplied && !applied) {
 				first = &dec
