@@ -17,6 +17,7 @@ import (
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/payment/paymenttest"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
@@ -40,149 +41,6 @@ const (
 
 var allStatuses = []payment.Status{
 	stPending, stAuthorized, stPaid, stFailed, stCanceled, stRefunded, stPartially, stDisputed, stWon, stLost,
-}
-
-// factGen generates one payment's facts as its gateway sends them, in the
-// order they happened: one consistent real history (every fact about a
-// status, refund or dispute agrees on its amount; one currency), with the
-// thin payloads and repeated facts gateways send. It follows the rules in
-// package payment's documentation for what converges.
-type factGen struct {
-	r     *rand.Rand
-	cur   string
-	at    time.Time
-	facts []payment.Fact
-}
-
-func (g *factGen) chance(n int) bool { return g.r.IntN(n) == 0 }
-
-func (g *factGen) emit(f payment.Fact) {
-	g.at = g.at.Add(time.Duration(1+g.r.IntN(3600)) * time.Second)
-	f.OccurredAt = g.at
-	if g.chance(10) { // gateway clock skew
-		f.OccurredAt = f.OccurredAt.Add(-time.Duration(g.r.IntN(7200)) * time.Second)
-	}
-	g.facts = append(g.facts, f)
-}
-
-// maybeCur is the currency, or empty as on thin refund and dispute payloads.
-func (g *factGen) maybeCur() string {
-	if g.chance(3) {
-		return ""
-	}
-	return g.cur
-}
-
-func genFacts(r *rand.Rand, start time.Time) []payment.Fact {
-	g := &factGen{r: r, cur: []string{"BRL", "USD", "JPY"}[r.IntN(3)], at: start}
-	amount := 100 + r.Int64N(200_000)
-	pays := !g.chance(4)
-	// Before money: any statuses, in any order (gateways skip some, a
-	// failed attempt is retried). Thin duplicates only on payments that get
-	// paid, where the capture fixes the amount.
-	for range r.IntN(4) {
-		s := []payment.Status{stPending, stAuthorized, stFailed, stCanceled}[r.IntN(4)]
-		g.emit(payment.Fact{Status: s, AmountMinor: amount, Currency: g.cur})
-		if pays && g.chance(4) {
-			g.emit(payment.Fact{Status: s})
-		}
-	}
-	if pays {
-		captured := amount
-		if g.chance(6) { // partial capture
-			captured = 1 + r.Int64N(amount)
-		}
-		g.emit(payment.Fact{Status: stPaid, AmountMinor: captured, Currency: g.cur})
-		if g.chance(5) { // thin payload
-			g.emit(payment.Fact{Status: stPaid, Currency: g.cur})
-		}
-		if g.chance(2) {
-			g.refunds(captured, amount)
-			g.dispute(captured)
-		} else {
-			g.dispute(captured)
-			g.refunds(captured, amount)
-		}
-		if g.chance(12) {
-			// The capture's events never arrive: what needs it waits.
-			g.facts = slices.DeleteFunc(g.facts, func(f payment.Fact) bool { return f.Status == stPaid })
-		}
-	}
-	if len(g.facts) == 0 {
-		g.emit(payment.Fact{Status: stPending, AmountMinor: amount, Currency: g.cur})
-	}
-	return g.facts
-}
-
-// refunds emits refunds that never add up to more than the capture, each
-// id with one amount.
-func (g *factGen) refunds(captured, amount int64) {
-	left := captured
-	for i := range g.r.IntN(4) {
-		if left == 0 {
-			break
-		}
-		id := fmt.Sprintf("re_%d", i)
-		if g.chance(6) {
-			// A refund of the remainder, its amount not said, maybe
-			// detailed by a later event.
-			g.emit(payment.Fact{Status: stRefunded, RefundID: id, Currency: g.maybeCur()})
-			if g.chance(2) {
-				g.emit(payment.Fact{Status: stRefunded, RefundID: id, AmountMinor: left, Currency: g.maybeCur()})
-			}
-			left = 0
-			break
-		}
-		a := 1 + g.r.Int64N(left)
-		if g.chance(3) {
-			a = left
-		}
-		status := stPartially
-		if a == left || g.chance(4) {
-			status = stRefunded
-		}
-		g.emit(payment.Fact{Status: status, RefundID: id, AmountMinor: a, Currency: g.maybeCur()})
-		if g.chance(3) { // the same refund under another event type
-			g.emit(payment.Fact{Status: stPartially, RefundID: id, AmountMinor: a, Currency: g.maybeCur()})
-		}
-		if g.chance(5) { // thin
-			g.emit(payment.Fact{Status: stPartially, RefundID: id})
-		}
-		left -= a
-	}
-	switch {
-	case g.chance(3):
-		// "Refunded" without id: a full refund of the remainder (or
-		// Stripe's charge.refunded after refunds that already add up).
-		// Drivers often put the payment's amount on it; it is not read.
-		g.emit(payment.Fact{Status: stRefunded, AmountMinor: []int64{0, amount}[g.r.IntN(2)], Currency: g.maybeCur()})
-	case left < captured && g.chance(2):
-		// "Partially refunded" without id, after some refund.
-		g.emit(payment.Fact{Status: stPartially, AmountMinor: amount, Currency: g.maybeCur()})
-	}
-}
-
-func (g *factGen) dispute(captured int64) {
-	if !g.chance(3) {
-		return
-	}
-	d := 1 + g.r.Int64N(captured)
-	g.emit(payment.Fact{Status: stDisputed, AmountMinor: d, Currency: g.maybeCur()})
-	if g.chance(4) {
-		g.emit(payment.Fact{Status: stDisputed})
-	}
-	outcome := func(s payment.Status) {
-		g.emit(payment.Fact{Status: s, AmountMinor: []int64{0, d}[g.r.IntN(2)], Currency: g.maybeCur()})
-	}
-	switch g.r.IntN(4) {
-	case 0:
-		outcome(stWon)
-	case 1:
-		outcome(stLost)
-	case 2:
-		outcome(stWon)
-		outcome(stLost)
-	}
 }
 
 // convPayment is one generated payment: its true history, what is
@@ -281,7 +139,7 @@ func genPayments(t *testing.T, r *rand.Rand, min int) []*convPayment {
 		source := []string{"acme", "stripe"}[i%2]
 		id := fmt.Sprintf("pay_%04d", i/2)
 		p := &convPayment{source: source, id: id, key: source + ":" + id}
-		p.facts = genFacts(r, start.Add(time.Duration(i)*time.Minute))
+		p.facts = paymenttest.History(r, start.Add(time.Duration(i)*time.Minute), paymenttest.Options{})
 		genDeliveries(r, p)
 		p.want = m.Replay(payment.State{}, p.facts)
 		p.exact = m.Replay(payment.State{}, factsOf(p.distinct))

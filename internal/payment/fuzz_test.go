@@ -11,6 +11,7 @@ import (
 
 	"github.com/paystream/paystream/internal/ledger"
 	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/payment/paymenttest"
 )
 
 // The fuzz encoding of a fact sequence: per fact, a status byte, a flags
@@ -124,7 +125,7 @@ func FuzzConvergence(f *testing.F) {
 		f.Add(i, i*7919)
 	}
 	f.Fuzz(func(t *testing.T, historySeed, orderSeed uint64) {
-		facts := genHistory(rand.New(rand.NewPCG(historySeed, 0)))
+		facts := paymenttest.History(rand.New(rand.NewPCG(historySeed, 0)), t0, paymenttest.Options{Junk: true})
 		delivered := deliver(rand.New(rand.NewPCG(orderSeed, 0)), facts)
 		var m payment.Machine
 		want, got := m.Replay(payment.State{}, facts), m.Replay(payment.State{}, delivered)
