@@ -35,8 +35,8 @@ test: ## Run every test (race detector, shuffled) against the local stack, start
 	@$(with_stack) $(GO) test -race -shuffle=on -timeout 20m $(PKGS)
 
 .PHONY: test-short
-test-short: ## Run the pure unit tests only (no Postgres, no Kafka).
-	$(GO) test -race -shuffle=on -short $(PKGS)
+test-short: ## Run only the tests that need no Postgres, Kafka or Docker (integration tests skip under -short).
+	env -u PAYSTREAM_TEST_DATABASE_URL -u PAYSTREAM_TEST_KAFKA_BROKERS $(GO) test -race -shuffle=on -short $(PKGS)
 
 .PHONY: stack-up
 stack-up: ## Install (if missing) and start PostgreSQL and Kafka 4 (KRaft) on loopback.

@@ -78,6 +78,9 @@ func connect(t *testing.T, url string) *pgx.Conn {
 }
 
 func TestStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster (run without -short)")
+	}
 	t.Parallel()
 
 	t.Run("ServesThePaystreamDatabaseAndKeepsDataAcrossRestarts", func(t *testing.T) {

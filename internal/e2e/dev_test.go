@@ -33,6 +33,7 @@ import (
 // duplicate, `paystream inspect` in both forms, a clean SIGTERM exit, and
 // the data (and a working pipeline) surviving a restart on the same dir.
 func TestDevWalkingSkeleton(t *testing.T) {
+	testenv.SkipIfShort(t)
 	t.Parallel()
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
@@ -202,6 +203,7 @@ func TestDevWalkingSkeleton(t *testing.T) {
 // once, saying which setting to change, without starting Kafka or Postgres
 // or printing a banner that claims it runs.
 func TestDevPortInUse(t *testing.T) {
+	testenv.SkipIfShort(t)
 	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

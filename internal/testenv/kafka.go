@@ -20,6 +20,7 @@ import (
 // not answer.
 func Kafka(t testing.TB) []string {
 	t.Helper()
+	SkipIfShort(t)
 	var brokers []string
 	if env := os.Getenv(EnvKafkaBrokers); strings.TrimSpace(env) != "" {
 		for b := range strings.SplitSeq(env, ",") {

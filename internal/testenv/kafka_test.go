@@ -12,6 +12,7 @@ import (
 )
 
 func TestTopic(t *testing.T) {
+	SkipIfShort(t)
 	t.Parallel()
 
 	t.Run("CreatesItWithItsPartitionsAndDeletesItAfterwards", func(t *testing.T) {

@@ -34,6 +34,7 @@ type DB struct {
 // closed and the schema dropped with everything in it.
 func NewDB(t testing.TB) *DB {
 	t.Helper()
+	SkipIfShort(t)
 	base := databaseURL(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -93,6 +94,7 @@ func dropSchema(t testing.TB, base, schema string) {
 // container's.
 func databaseURL(t testing.TB) string {
 	t.Helper()
+	SkipIfShort(t)
 	if u := strings.TrimSpace(os.Getenv(EnvDatabaseURL)); u != "" {
 		return u
 	}

@@ -25,6 +25,7 @@ func schemaExists(t *testing.T, schema string) bool {
 }
 
 func TestNewDB(t *testing.T) {
+	SkipIfShort(t)
 	t.Parallel()
 
 	t.Run("AppliesMigrationsInItsOwnSchema", func(t *testing.T) {

@@ -39,6 +39,18 @@ const (
 const howToStart = `run 'make stack-up' and 'eval "$(deploy/stack.sh env)"', or set ` +
 	EnvDatabaseURL + ` and ` + EnvKafkaBrokers + `, or start Docker`
 
+// SkipIfShort skips t under `go test -short` (`make test-short`), which runs
+// only the tests that need no Postgres, Kafka or subprocess stack. Every
+// helper here that reaches a server calls it, so an integration test needs
+// no check of its own; a test that starts servers some other way (a private
+// Postgres, the paystream binary) calls it first.
+func SkipIfShort(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs Postgres and Kafka (run without -short, see `make test`)")
+	}
+}
+
 // TestingM is what [Wrap] returns: a *testing.M whose Run also stops the
 // containers testenv started. goleak.VerifyTestMain accepts it.
 type TestingM interface {

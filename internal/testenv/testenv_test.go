@@ -60,6 +60,7 @@ func runFake(t *testing.T, fn func(tb testing.TB)) (fatals, errors []string) {
 }
 
 func TestNoServers(t *testing.T) {
+	SkipIfShort(t)
 	// Not parallel: it unsets the environment for its duration.
 	t.Setenv(EnvDatabaseURL, "")
 	t.Setenv(EnvKafkaBrokers, "")
@@ -95,6 +96,7 @@ func TestNoServers(t *testing.T) {
 }
 
 func TestKafkaUnreachable(t *testing.T) {
+	SkipIfShort(t)
 	// Not parallel: it changes the environment and the startup grace.
 	t.Setenv(EnvKafkaBrokers, "127.0.0.1:1")
 	grace := kafkaStartupGrace
