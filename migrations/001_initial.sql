@@ -1,4 +1,4 @@
--- paystream's initial schema. Names follow DESIGN.md's storage sketch.
+-- paystream's initial schema (docs/design.md describes the tables).
 
 -- Where each consumer group's partition workers resume, and who owns them.
 -- Postgres, not Kafka, is the source of truth for consumed offsets: the
