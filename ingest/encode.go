@@ -15,8 +15,9 @@ import (
 
 // keptHeaders are the request headers copied into the envelope: ids and
 // timestamps useful for audit. Signature and token headers are not kept:
-// some gateways send their secret itself (Asaas). Sorted, as JSON object
-// keys from a map are.
+// some gateways send their secret itself (Asaas). Values longer than
+// envelope.MaxHeaderValueBytes are clipped. Sorted, as JSON object keys
+// from a map are.
 var keptHeaders = []string{
 	"Content-Type", "Idempotency-Key", "User-Agent", "Webhook-Id", "Webhook-Timestamp", "X-Request-Id",
 }
@@ -35,7 +36,7 @@ type envelopeFields struct {
 func (f *envelopeFields) raw() envelope.Raw {
 	r := envelope.Raw{
 		V: envelope.RawVersion, Source: f.source, Driver: f.driver, PaymentKey: f.paymentKey,
-		ReceivedAt: f.receivedAt, Body: f.body, Reason: f.reason,
+		ReceivedAt: f.receivedAt, Body: f.body, Reason: clip(f.reason, envelope.MaxReasonBytes),
 	}
 	if f.event != nil {
 		r.Event = *f.event
@@ -45,7 +46,7 @@ func (f *envelopeFields) raw() envelope.Raw {
 			if r.Headers == nil {
 				r.Headers = map[string]string{}
 			}
-			r.Headers[k] = v
+			r.Headers[k] = clip(v, envelope.MaxHeaderValueBytes)
 		}
 	}
 	return r
@@ -119,7 +120,7 @@ func appendEnvelope(b []byte, f *envelopeFields) ([]byte, error) {
 		}
 		b = appendString(b, k)
 		b = append(b, ':')
-		b = appendString(b, v)
+		b = appendString(b, clip(v, envelope.MaxHeaderValueBytes))
 	}
 	if !first {
 		b = append(b, '}')
@@ -130,9 +131,22 @@ func appendEnvelope(b []byte, f *envelopeFields) ([]byte, error) {
 	b = append(b, '"')
 	if f.reason != "" {
 		b = appendKey(b, "reason")
-		b = appendString(b, f.reason)
+		b = appendString(b, clip(f.reason, envelope.MaxReasonBytes))
 	}
 	return append(b, '}'), nil
+}
+
+// clip cuts s to at most n bytes, at a UTF-8 boundary, so that a record's
+// size stays within envelope.MaxOverheadBytes of its body's base64 whatever
+// the sender puts in its headers.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 // appendKey appends `,"key":`.

@@ -18,6 +18,8 @@ const (
 	outcomeTooLarge
 	outcomeBadRequest
 	outcomeUnavailable
+	outcomeOverloaded
+	outcomeClientGone
 	numOutcomes
 )
 
@@ -29,7 +31,16 @@ var outcomeNames = [numOutcomes]string{
 	outcomeTooLarge:     "too_large",
 	outcomeBadRequest:   "bad_request",
 	outcomeUnavailable:  "unavailable",
+	outcomeOverloaded:   "overloaded",
+	outcomeClientGone:   "client_gone",
 }
+
+// The "limit" label of paystream_ingest_overload_rejections_total: which
+// cap a request answered 503 at admission hit.
+const (
+	limitInFlight  = "in_flight"
+	limitBodyBytes = "body_bytes"
+)
 
 // outcomeUnknownSource is counted with source "unknown", so a scan of
 // random URLs cannot create label values.
@@ -44,13 +55,14 @@ type metrics struct {
 	produceSeconds    prometheus.Histogram
 	bodyBytes         prometheus.Histogram
 	inFlight          prometheus.Gauge
+	overloaded        *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paystream_ingest_requests_total",
-			Help: "Webhook requests by source and outcome (accepted, dead_lettered, irrelevant, unauthorized, unknown_source, too_large, bad_request, unavailable).",
+			Help: "Webhook requests by source and outcome (accepted, dead_lettered, irrelevant, unauthorized, unknown_source, too_large, bad_request, unavailable, overloaded, client_gone).",
 		}, []string{"source", "outcome"}),
 		signatureFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "paystream_ingest_signature_failures_total",
@@ -70,13 +82,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_ingest_in_flight_requests",
 			Help: "Webhook requests being handled.",
 		}),
+		overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_ingest_overload_rejections_total",
+			Help: "Webhook requests answered 503 at once because a cap was reached, by cap (in_flight, body_bytes).",
+		}, []string{"limit"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.signatureFailures, m.produceSeconds, m.bodyBytes, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.requests, m.signatureFailures, m.produceSeconds, m.bodyBytes, m.inFlight, m.overloaded} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}
 	}
 	m.requests.WithLabelValues("unknown", outcomeUnknownSource)
+	m.overloaded.WithLabelValues(limitInFlight)
+	m.overloaded.WithLabelValues(limitBodyBytes)
 	return m, nil
 }
 

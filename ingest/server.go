@@ -10,7 +10,13 @@
 // reason) and for authentic events that assert no payment fact (kept
 // nowhere); 401 for anything not authentic, before any parsing; 404 for an
 // unknown source; 413 over the source's body limit; 503 with Retry-After
-// when the broker does not acknowledge in time.
+// when the broker does not acknowledge in time or when too many requests or
+// body bytes are already in flight.
+//
+// Records are sized for the largest body any source accepts: the producer's
+// batch limit is envelope.MaxRecordBytes of the largest max_body_bytes (see
+// MaxRecordBytes), and the raw and DLQ topics' max.message.bytes must be at
+// least that (paystream migrate sets them).
 package ingest
 
 import (
@@ -63,6 +69,25 @@ type Config struct {
 	// ReadTimeout bounds how long a client may take to send the whole
 	// request, body included. Defaults to 15s.
 	ReadTimeout time.Duration
+	// MaxInFlight is how many webhook requests may be handled at once
+	// (reading the body, verifying, waiting for the broker); more are
+	// answered 503 with Retry-After at once. Defaults to
+	// DefaultMaxInFlight.
+	MaxInFlight int
+	// MaxBufferedBodyBytes is how many body bytes the requests in flight
+	// may hold together, counting each request at its Content-Length (at
+	// its source's max_body_bytes when it announces none) from before its
+	// body is read until it is answered. A request that would pass it is
+	// answered 503 with Retry-After at once. A request also holds about
+	// 1.4 times its body in its envelope until the broker acknowledges, so
+	// ingest's memory for bodies is about 2.4 times this. Defaults to
+	// DefaultMaxBufferedBodyBytes; it is raised to the largest source's
+	// max_body_bytes if lower, so that every allowed body can get in.
+	MaxBufferedBodyBytes int64
+	// OmitMetrics leaves GET /metrics off the webhook listener, for an
+	// operator serving the Registerer on a listener of its own. Defaults
+	// to false: /metrics is served next to the webhooks.
+	OmitMetrics bool
 	// KafkaOpts are extra franz-go options (TLS, SASL, metrics hooks); they
 	// override ingest's own.
 	KafkaOpts []kgo.Opt
@@ -77,8 +102,12 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultLinger is Config.Linger's default.
-const DefaultLinger = 2 * time.Millisecond
+// Config defaults.
+const (
+	DefaultLinger               = 2 * time.Millisecond
+	DefaultMaxInFlight          = 2048
+	DefaultMaxBufferedBodyBytes = 256 << 20
+)
 
 // Server receives webhooks.
 type Server struct {
@@ -89,6 +118,10 @@ type Server struct {
 	routes  map[string]*route // by source name
 	handler http.Handler
 	ready   atomic.Bool
+
+	maxRecordBytes int32
+	inFlight       atomic.Int64 // webhook requests admitted and not yet answered
+	bodyBytes      atomic.Int64 // body bytes they hold, as admit counts them
 }
 
 // route is one source with its metric children, resolved once.
@@ -153,6 +186,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.MaxInFlight < 0 || cfg.MaxBufferedBodyBytes < 0 {
+		return nil, errors.New("ingest config: MaxInFlight and MaxBufferedBodyBytes must not be negative")
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxBufferedBodyBytes == 0 {
+		cfg.MaxBufferedBodyBytes = DefaultMaxBufferedBodyBytes
+	}
+	cfg.MaxBufferedBodyBytes = max(cfg.MaxBufferedBodyBytes, largestBody(cfg.Sources))
+	maxRecord, err := MaxRecordBytes(cfg.Sources)
+	if err != nil {
+		return nil, fmt.Errorf("ingest config: %w", err)
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -167,16 +214,36 @@ func New(cfg Config) (*Server, error) {
 		kgo.RequiredAcks(kgo.AllISRAcks()), // the idempotent producer is franz-go's default
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
 		kgo.ProducerLinger(cfg.Linger),
+		kgo.ProducerBatchMaxBytes(maxRecord), // a batch holds at least the largest record
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout + 30*time.Second),
 	}, cfg.KafkaOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes}
+	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, maxRecordBytes: maxRecord}
 	s.handler = s.newRouter()
 	return s, nil
 }
+
+// MaxRecordBytes is the largest record ingest may produce for sources:
+// envelope.MaxRecordBytes of the largest max_body_bytes among them. The raw
+// and DLQ topics' max.message.bytes must be at least this.
+func MaxRecordBytes(sources map[string]*source.Source) (int32, error) {
+	return envelope.MaxRecordBytes(largestBody(sources))
+}
+
+func largestBody(sources map[string]*source.Source) int64 {
+	var n int64
+	for _, src := range sources {
+		n = max(n, src.MaxBodyBytes)
+	}
+	return n
+}
+
+// MaxRecordBytes is the producer's batch limit, the function
+// MaxRecordBytes of s's sources.
+func (s *Server) MaxRecordBytes() int32 { return s.maxRecordBytes }
 
 // Handler returns the server's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
@@ -186,7 +253,9 @@ func (s *Server) newRouter() http.Handler {
 	r.Post("/webhooks/{source}", s.handleWebhook)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeBody(w, http.StatusOK, answerHealthy) })
 	r.Get("/readyz", s.handleReady)
-	r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	if !s.cfg.OmitMetrics {
+		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeBody(w, http.StatusNotFound, answerNotFound) })
 	return r
 }

@@ -23,6 +23,7 @@ var (
 	answerUnreadable   = []byte(`{"error":"could not read body"}` + "\n")
 	answerUnauthorized = []byte(`{"error":"signature verification failed"}` + "\n")
 	answerUnavailable  = []byte(`{"error":"event store unavailable, retry later"}` + "\n")
+	answerOverloaded   = []byte(`{"error":"too many requests in flight, retry later"}` + "\n")
 	answerUnencodable  = []byte(`{"error":"could not encode event"}` + "\n")
 	answerHealthy      = []byte(`{"ok":true}` + "\n")
 	answerReady        = []byte(`{"ready":true}` + "\n")
@@ -42,6 +43,18 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	src := rt.src
+	reserved := src.MaxBodyBytes // a body of unknown length may be this long
+	if r.ContentLength >= 0 && r.ContentLength < reserved {
+		reserved = r.ContentLength
+	}
+	if limit := s.admit(reserved); limit != "" {
+		rt.outcomes[outcomeOverloaded].Inc()
+		s.metrics.overloaded.WithLabelValues(limit).Inc()
+		s.writeRetryLater(w, answerOverloaded)
+		return
+	}
+	defer s.release(reserved)
+
 	buf := getBuffer()
 	defer putBuffer(buf)
 	body, err := readBody(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes), r.ContentLength, src.MaxBodyBytes, buf)
@@ -50,6 +63,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &tooLarge) {
 			rt.outcomes[outcomeTooLarge].Inc()
 			writeBody(w, http.StatusRequestEntityTooLarge, []byte(`{"error":"body too large","limit_bytes":`+strconv.FormatInt(src.MaxBodyBytes, 10)+"}\n"))
+			return
+		}
+		if r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF) {
+			rt.outcomes[outcomeClientGone].Inc() // hung up mid-body
 			return
 		}
 		rt.outcomes[outcomeBadRequest].Inc()
@@ -67,7 +84,9 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		}
 		s.metrics.signatureFailures.WithLabelValues(src.Name, reason).Inc()
 		rt.outcomes[outcomeUnauthorized].Inc()
-		s.log.Info("webhook rejected", "source", src.Name, "reason", reason)
+		// Debug: a forger or a scanner must not be able to flood the
+		// logs; the signature-failure counter is what to alert on.
+		s.log.Debug("webhook rejected", "source", src.Name, "reason", reason)
 		writeBody(w, http.StatusUnauthorized, answerUnauthorized)
 		return
 	}
@@ -113,14 +132,48 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 	}
 	p.rec = kgo.Record{Topic: topic, Key: p.buf[:len(msg.paymentKey)], Value: p.buf[len(msg.paymentKey):]}
 	if err := s.produce(r.Context(), p); err != nil {
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			// The client hung up before the broker answered: nobody to
+			// answer, and no sign the broker is unavailable. The record
+			// may still be written; the gateway's retry is then a duplicate.
+			rt.outcomes[outcomeClientGone].Inc()
+			s.log.Debug("client gone before the broker acknowledged", "source", src.Name, "topic", topic)
+			return
+		}
 		rt.outcomes[outcomeUnavailable].Inc()
 		s.log.Warn("produce failed", "source", src.Name, "topic", topic, "error", err)
-		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.cfg.RetryAfter)))
-		writeBody(w, http.StatusServiceUnavailable, answerUnavailable)
+		s.writeRetryLater(w, answerUnavailable)
 		return
 	}
 	rt.outcomes[o].Inc()
 	writeBody(w, http.StatusOK, answerReceived)
+}
+
+// admit counts a request of bodyBytes in flight, unless that would pass
+// MaxInFlight or MaxBufferedBodyBytes: then it counts nothing and returns
+// the limit reached. An admitted request is released with release.
+func (s *Server) admit(bodyBytes int64) (limit string) {
+	if s.inFlight.Add(1) > int64(s.cfg.MaxInFlight) {
+		s.inFlight.Add(-1)
+		return limitInFlight
+	}
+	if s.bodyBytes.Add(bodyBytes) > s.cfg.MaxBufferedBodyBytes {
+		s.bodyBytes.Add(-bodyBytes)
+		s.inFlight.Add(-1)
+		return limitBodyBytes
+	}
+	return ""
+}
+
+func (s *Server) release(bodyBytes int64) {
+	s.bodyBytes.Add(-bodyBytes)
+	s.inFlight.Add(-1)
+}
+
+// writeRetryLater answers 503 with Retry-After.
+func (s *Server) writeRetryLater(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.cfg.RetryAfter)))
+	writeBody(w, http.StatusServiceUnavailable, body)
 }
 
 // retryAfterSeconds rounds d up to whole seconds, at least 1.

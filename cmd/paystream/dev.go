@@ -28,6 +28,7 @@ type devCmd struct {
 	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
 	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
 	topicFlags
+	topicLayoutFlags
 	ingestFlags
 }
 
@@ -73,11 +74,12 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	brokers := c.KafkaBrokers
 	if len(brokers) == 0 {
 		kafkaDir := filepath.Join(dataDir, "kafka")
+		// No seeded topics: they are created below like on a real
+		// broker, with their configs (max.message.bytes above all: kfake,
+		// like Kafka, refuses batches over 1,048,588 bytes by default).
 		cluster, err := kfake.NewCluster(
 			kfake.DataDir(kafkaDir),
 			kfake.NumBrokers(1),
-			kfake.SeedTopics(c.Partitions, c.RawTopic, c.StateTopic),
-			kfake.SeedTopics(1, c.DLQTopic),
 		)
 		if err != nil {
 			return fmt.Errorf("start embedded kafka: %w", err)
@@ -113,10 +115,18 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	if _, err := migrations.Apply(ctx, pool); err != nil {
 		return err
 	}
-	if len(c.KafkaBrokers) > 0 {
-		if err := ensureTopics(ctx, e, brokers, c.topicFlags, c.Partitions, -1); err != nil {
-			return err
-		}
+	layout, err := topicLayout(c.topicFlags, c.topicLayoutFlags, c.Partitions, -1, sources)
+	if err != nil {
+		return err
+	}
+	adm, closeAdm, err := newAdmin(brokers)
+	if err != nil {
+		return err
+	}
+	err = ensureTopics(ctx, e, adm, layout)
+	closeAdm()
+	if err != nil {
+		return err
 	}
 	state, _ := json.MarshalIndent(devState{DatabaseURL: dbURL, KafkaBrokers: brokers}, "", "  ")
 	if err := os.WriteFile(devStatePath(dataDir), state, 0o600); err != nil {

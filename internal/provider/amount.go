@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"encoding/json"
 	"strings"
 
 	"github.com/paystream/paystream/internal/money"
@@ -18,22 +17,60 @@ func Currency(code string) (string, error) {
 	return c, nil
 }
 
-// AmountMinor reads an amount the gateway sends in integer minor units
-// (Stripe's 10050), exactly, from its JSON text. Errors wrap
-// ErrUnprocessable and name the reason (negative, over-precise, too large).
-func AmountMinor(n json.Number) (int64, error) {
-	v, err := money.ParseMinor(n.String())
+// Amount is an amount field of a gateway's JSON, kept as its JSON text so
+// that it is read exactly, never through float64. Declare amount fields as
+// Amount and read them with AmountMinor or AmountMajor; "" is an absent (or
+// null) field.
+//
+// Unlike json.Number, which takes a JSON string holding digits as if it
+// were a number, Amount keeps the quotes, so AmountMinor and AmountMajor
+// refuse "1050": a gateway whose amounts are JSON numbers never sends one,
+// and a payload that does is malformed.
+type Amount string
+
+// UnmarshalJSON keeps b, the field's JSON text, as is; null leaves a unset.
+func (a *Amount) UnmarshalJSON(b []byte) error {
+	if string(b) != "null" {
+		*a = Amount(b)
+	}
+	return nil
+}
+
+// String returns the amount's JSON text.
+func (a Amount) String() string { return string(a) }
+
+// number returns a's text when it is a JSON number.
+func (a Amount) number() (string, error) {
+	if strings.HasPrefix(string(a), `"`) {
+		return "", Unprocessable("bad amount: a JSON string, not a number")
+	}
+	return string(a), nil
+}
+
+// AmountMinor reads an amount the gateway sends as a JSON integer in minor
+// units (Stripe's 10050), exactly. Errors wrap ErrUnprocessable and name the
+// reason (a string, negative, over-precise, too large).
+func AmountMinor(a Amount) (int64, error) {
+	text, err := a.number()
+	if err != nil {
+		return 0, err
+	}
+	v, err := money.ParseMinor(text)
 	if err != nil {
 		return 0, Unprocessable("bad amount: " + err.Error())
 	}
 	return checkMax(v)
 }
 
-// AmountMajor reads an amount the gateway sends as a decimal in major units
-// of currency (Asaas' 100.50 BRL), exactly, into minor units. Errors wrap
-// ErrUnprocessable.
-func AmountMajor(n json.Number, currency string) (int64, error) {
-	v, err := money.Parse(n.String(), currency)
+// AmountMajor reads an amount the gateway sends as a JSON decimal in major
+// units of currency (Asaas' 100.50 BRL), exactly, into minor units. Errors
+// wrap ErrUnprocessable.
+func AmountMajor(a Amount, currency string) (int64, error) {
+	text, err := a.number()
+	if err != nil {
+		return 0, err
+	}
+	v, err := money.Parse(text, currency)
 	if err != nil {
 		return 0, Unprocessable("bad amount: " + err.Error())
 	}

@@ -1,7 +1,6 @@
 package provider
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -140,7 +139,7 @@ func TestAmounts(t *testing.T) {
 		t.Errorf("AmountMajor = %d, %v", v, err)
 	}
 	for _, n := range []string{"9007199254740992", "-1", "1.5", ""} {
-		if _, err := AmountMinor(json.Number(n)); !errors.Is(err, ErrUnprocessable) {
+		if _, err := AmountMinor(Amount(n)); !errors.Is(err, ErrUnprocessable) {
 			t.Errorf("AmountMinor(%q) = %v, want ErrUnprocessable", n, err)
 		}
 	}

@@ -1,7 +1,6 @@
 package asaas
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/paystream/paystream/internal/payment"
@@ -18,9 +17,9 @@ type notification struct {
 	Event       string `json:"event"`
 	DateCreated string `json:"dateCreated"`
 	Payment     struct {
-		ID     string      `json:"id"`
-		Value  json.Number `json:"value"`
-		Status string      `json:"status"`
+		ID     string          `json:"id"`
+		Value  provider.Amount `json:"value"`
+		Status string          `json:"status"`
 	} `json:"payment"`
 }
 

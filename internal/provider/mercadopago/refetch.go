@@ -115,8 +115,8 @@ type apiPayment struct {
 	Status                    string          `json:"status"`
 	StatusDetail              string          `json:"status_detail"`
 	CurrencyID                string          `json:"currency_id"`
-	TransactionAmount         json.Number     `json:"transaction_amount"`
-	TransactionAmountRefunded json.Number     `json:"transaction_amount_refunded"`
+	TransactionAmount         provider.Amount `json:"transaction_amount"`
+	TransactionAmountRefunded provider.Amount `json:"transaction_amount_refunded"`
 	DateCreated               string          `json:"date_created"`
 	DateApproved              string          `json:"date_approved"`
 	DateLastUpdated           string          `json:"date_last_updated"`
@@ -126,7 +126,7 @@ type apiPayment struct {
 // apiRefund is one entry of the payment's refunds[].
 type apiRefund struct {
 	ID          json.RawMessage `json:"id"`
-	Amount      json.Number     `json:"amount"`
+	Amount      provider.Amount `json:"amount"`
 	Status      string          `json:"status"`
 	DateCreated string          `json:"date_created"`
 }

@@ -1,7 +1,6 @@
 package pagarme
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/paystream/paystream/internal/payment"
@@ -21,16 +20,16 @@ type hook struct {
 }
 
 type charge struct {
-	ID              string      `json:"id"`
-	Amount          json.Number `json:"amount"`
-	PaidAmount      json.Number `json:"paid_amount"`
-	CanceledAmount  json.Number `json:"canceled_amount"`
-	Currency        string      `json:"currency"`
-	Status          string      `json:"status"`
-	UpdatedAt       string      `json:"updated_at"`
+	ID              string          `json:"id"`
+	Amount          provider.Amount `json:"amount"`
+	PaidAmount      provider.Amount `json:"paid_amount"`
+	CanceledAmount  provider.Amount `json:"canceled_amount"`
+	Currency        string          `json:"currency"`
+	Status          string          `json:"status"`
+	UpdatedAt       string          `json:"updated_at"`
 	LastTransaction struct {
-		ID     string      `json:"id"`
-		Amount json.Number `json:"amount"`
+		ID     string          `json:"id"`
+		Amount provider.Amount `json:"amount"`
 	} `json:"last_transaction"`
 }
 

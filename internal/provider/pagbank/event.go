@@ -1,7 +1,6 @@
 package pagbank
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/paystream/paystream/internal/payment"
@@ -21,12 +20,12 @@ type charge struct {
 	CreatedAt string `json:"created_at"`
 	PaidAt    string `json:"paid_at"`
 	Amount    struct {
-		Value    json.Number `json:"value"`
-		Currency string      `json:"currency"`
+		Value    provider.Amount `json:"value"`
+		Currency string          `json:"currency"`
 		Summary  struct {
-			Total    json.Number `json:"total"`
-			Paid     json.Number `json:"paid"`
-			Refunded json.Number `json:"refunded"`
+			Total    provider.Amount `json:"total"`
+			Paid     provider.Amount `json:"paid"`
+			Refunded provider.Amount `json:"refunded"`
 		} `json:"summary"`
 	} `json:"amount"`
 }

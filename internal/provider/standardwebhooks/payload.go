@@ -1,7 +1,6 @@
 package standardwebhooks
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/paystream/paystream/internal/payment"
@@ -45,14 +44,14 @@ type PayloadData struct {
 	// PaymentID is the sender's payment id. Required.
 	PaymentID string `json:"payment_id"`
 	// Amount is the payment's amount in minor units of Currency.
-	Amount json.Number `json:"amount"`
+	Amount provider.Amount `json:"amount"`
 	// Currency is an ISO 4217 code; required with an amount.
 	Currency string `json:"currency"`
 	// RefundID identifies one refund, for refund types.
 	RefundID string `json:"refund_id"`
 	// RefundAmount is that refund's amount in minor units; Amount when
 	// absent.
-	RefundAmount json.Number `json:"refund_amount"`
+	RefundAmount provider.Amount `json:"refund_amount"`
 }
 
 // ParsePayload normalizes a body following the Payload convention into an

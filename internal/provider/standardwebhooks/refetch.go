@@ -3,7 +3,6 @@ package standardwebhooks
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"net/url"
@@ -87,7 +86,7 @@ type RefetchPayment struct {
 	Status string `json:"status"`
 	// Amount is the payment's amount (once paid, the captured amount).
 	// Required, and positive, from paid on.
-	Amount json.Number `json:"amount"`
+	Amount provider.Amount `json:"amount"`
 	// Currency is an ISO 4217 code; required with an amount.
 	Currency string `json:"currency"`
 	// PaidAt is when the payment was paid, RFC 3339. Optional: UpdatedAt
@@ -104,7 +103,7 @@ type RefetchRefund struct {
 	// ID identifies the refund. Required, unique within the payment.
 	ID string `json:"id"`
 	// Amount is the refund's amount in minor units. Required, positive.
-	Amount json.Number `json:"amount"`
+	Amount provider.Amount `json:"amount"`
 	// CreatedAt is when the refund was made, RFC 3339. Required.
 	CreatedAt string `json:"created_at"`
 }

@@ -22,19 +22,19 @@ type event struct {
 // object is the union of the PaymentIntent, Charge, Refund and Dispute
 // fields paystream reads.
 type object struct {
-	ID               string      `json:"id"`
-	Object           string      `json:"object"`
-	Amount           json.Number `json:"amount"`
-	AmountReceived   json.Number `json:"amount_received"`
-	AmountCapturable json.Number `json:"amount_capturable"`
-	AmountCaptured   json.Number `json:"amount_captured"`
-	AmountRefunded   json.Number `json:"amount_refunded"`
-	Captured         *bool       `json:"captured"`
-	Currency         string      `json:"currency"`
-	Status           string      `json:"status"`
-	PaymentIntent    *string     `json:"payment_intent"`
-	Charge           *string     `json:"charge"`
-	Refunded         *bool       `json:"refunded"`
+	ID               string          `json:"id"`
+	Object           string          `json:"object"`
+	Amount           provider.Amount `json:"amount"`
+	AmountReceived   provider.Amount `json:"amount_received"`
+	AmountCapturable provider.Amount `json:"amount_capturable"`
+	AmountCaptured   provider.Amount `json:"amount_captured"`
+	AmountRefunded   provider.Amount `json:"amount_refunded"`
+	Captured         *bool           `json:"captured"`
+	Currency         string          `json:"currency"`
+	Status           string          `json:"status"`
+	PaymentIntent    *string         `json:"payment_intent"`
+	Charge           *string         `json:"charge"`
+	Refunded         *bool           `json:"refunded"`
 }
 
 // Statuses maps the Stripe event types the driver understands to the
@@ -195,7 +195,7 @@ func deref(s *string) string {
 	return *s
 }
 
-func first(ns ...json.Number) json.Number {
+func first(ns ...provider.Amount) provider.Amount {
 	for _, n := range ns {
 		if n != "" {
 			return n

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/testenv"
+)
+
+// TestMigrateTopicsAndProcessorPartitionCheck: `paystream migrate` with
+// brokers creates the topics with their configs (read back with
+// DescribeTopicConfigs) and records the raw topic's partition count; after
+// partitions are added, `paystream processor` refuses to start, naming the
+// two counts, until `migrate --accept-partition-change` re-records it.
+func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
+	t.Parallel()
+	brokers := strings.Join(testenv.Kafka(t), ",")
+	db := testenv.NewDB(t)
+	u := strings.TrimPrefix(testenv.Group(t), "g-")
+	raw, state, dlq := "raw-"+u, "state-"+u, "dlq-"+u
+	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Kafka(t)...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = adm.DeleteTopics(ctx, raw, state, dlq)
+	})
+	env := []string{"PAYSTREAM_KAFKA_BROKERS=" + brokers, "PAYSTREAM_DATABASE_URL=" + db.URL,
+		"PAYSTREAM_RAW_TOPIC=" + raw, "PAYSTREAM_STATE_TOPIC=" + state, "PAYSTREAM_DLQ_TOPIC=" + dlq}
+	if r := paystream(t, env, "migrate", "--partitions", "3", "--raw-retention", "240h"); r.code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", r.code, r.stderr)
+	}
+	rcs, err := adm.DescribeTopicConfigs(t.Context(), raw, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{
+		raw: {"retention.ms": "864000000", "max.message.bytes": "1463640", "compression.type": "producer"},
+		dlq: {"retention.ms": "2592000000", "max.message.bytes": "1463640", "compression.type": "producer"},
+	}
+	for _, rc := range rcs {
+		for _, c := range rc.Configs {
+			if w, ok := want[rc.Name][c.Key]; ok && c.MaybeValue() != w {
+				t.Errorf("%s: %s = %q, want %q", rc.Name, c.Key, c.MaybeValue(), w)
+			}
+		}
+	}
+	var recorded int
+	if err := db.Pool.QueryRow(t.Context(), `SELECT partitions FROM topic_layout WHERE topic = $1`, raw).Scan(&recorded); err != nil || recorded != 3 {
+		t.Fatalf("recorded partitions of %s: %d, %v; want 3", raw, recorded, err)
+	}
+
+	if _, err := adm.CreatePartitions(t.Context(), 1, raw); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, func() bool {
+		tds, err := adm.ListTopics(t.Context(), raw)
+		return err == nil && len(tds[raw].Partitions) == 4
+	}, "4 partitions in metadata")
+	r := paystream(t, env, "processor")
+	if r.code == 0 || !strings.Contains(r.stderr, "has 4 partitions, 3 were recorded") {
+		t.Fatalf("processor after adding a partition: exit %d, want a refusal naming both counts\n%s", r.code, r.stderr)
+	}
+	if r := paystream(t, env, "migrate"); r.code == 0 || !strings.Contains(r.stderr, "partition count changed") {
+		t.Fatalf("migrate without --accept-partition-change: exit %d, want a refusal\n%s", r.code, r.stderr)
+	}
+	if r := paystream(t, env, "migrate", "--accept-partition-change"); r.code != 0 {
+		t.Fatalf("migrate --accept-partition-change: exit %d\n%s", r.code, r.stderr)
+	}
+	if err := db.Pool.QueryRow(t.Context(), `SELECT partitions FROM topic_layout WHERE topic = $1`, raw).Scan(&recorded); err != nil || recorded != 4 {
+		t.Fatalf("re-recorded partitions: %d, %v; want 4", recorded, err)
+	}
+}
