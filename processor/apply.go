@@ -37,20 +37,28 @@ type result struct {
 type applier struct {
 	machine payment.Machine
 	now     func() time.Time
+	// idleTimeout is the batch transactions' idle_in_transaction_session_timeout
+	// (0: the server's setting).
+	idleTimeout time.Duration
 }
 
 // delivery is one decoded record and what became of it.
 type delivery struct {
 	rec *kgo.Record
 	env envelope.Raw
-	// inboxID is the inbox row's id; for a first delivery not yet inserted
-	// it is newRef(offset), resolved when the row is written.
+	// inboxID is the inbox row's id. A record's row is inserted with an id
+	// allocated beforehand (loadDeliveries), so the rows that reference it
+	// are written in the same pipeline.
 	inboxID int64
 	// duplicate marks a redelivery of an event already in the inbox.
 	duplicate bool
 	// refetched, when not nil, are the facts the gateway's API asserted
 	// for the payment: applied instead of the webhook's own fact.
 	refetched []payment.Fact
+	// status is, for an inbox row already (replay, sweeper), its status as
+	// the caller read it: the row's new outcome is written only if it still
+	// has it (see ErrOutcomeChanged).
+	status string
 }
 
 // waiting is a deferred inbox event that may apply after a transition.
@@ -75,7 +83,7 @@ type paymentRow struct {
 // writes are the rows a batch writes once its decisions are made.
 type writes struct {
 	inboxAt      map[int64]int // index of an inbox id in inboxIDs
-	inboxIDs     []int64       // inbox ids, or newRef(offset) for rows not inserted yet
+	inboxIDs     []int64       // inbox ids decided, of new rows and existing ones
 	inboxStatus  []string
 	inboxReason  []string
 	trKey        []string
@@ -100,9 +108,10 @@ type writes struct {
 
 // applyBatch applies recs (one partition's, in offset order, all at or past
 // the stored offset) inside tx with a fixed number of round trips whatever
-// the batch size: one pipeline finds which deliveries are redeliveries,
-// locks the payments involved and loads their deferred events; the machine
-// then decides every event in memory, in offset order; a second pipeline
+// the batch size: one pipeline allocates the inbox ids of the records, finds
+// which deliveries are redeliveries, locks the payments involved and loads
+// their deferred events; the machine then decides every event in memory, in
+// offset order; a second pipeline
 // inserts the inbox rows with their final outcome — the unique key on
 // (source, dedup_key) is the deduplication: a first delivery that conflicts
 // fails the batch, which is retried — and writes the transitions, ledger
@@ -128,10 +137,6 @@ func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record,
 	}
 	return a.decide(ctx, tx, ds, payments)
 }
-
-// newRef stands for the inbox id of the first delivery at offset until its
-// row is inserted.
-func newRef(offset int64) int64 { return -offset - 1 }
 
 // decide runs the machine over deliveries, in order, against their locked
 // payments, and writes what it decided. It is shared by batches, replays and
@@ -230,9 +235,15 @@ func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments
 	return results, nil
 }
 
-// loadDeliveries marks the redeliveries among ds (their (source,
-// dedup_key) is in the inbox already, or earlier in the batch) and returns
-// the payments of ds, locked, with their deferred events. One round trip.
+// loadDeliveries allocates an inbox id for each of ds, marks the
+// redeliveries among them (their (source, dedup_key) is in the inbox
+// already, or earlier in the batch) and returns the payments of ds, locked,
+// with their deferred events. One round trip.
+//
+// The ids come from the inbox's own sequence, in offset order, so inbox id
+// order stays arrival order. Rows never refer to an inbox row by its Kafka
+// position, which is not unique: a second consumer group reads the same
+// records, and a recreated topic reuses offsets.
 func (a *applier) loadDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) (map[string]*paymentRow, error) {
 	n := len(ds)
 	sources, dedups := make([]string, n), make([]string, n)
@@ -248,7 +259,19 @@ func (a *applier) loadDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) 
 	}
 	type dedupKey struct{ source, key string }
 	known := map[dedupKey]bool{}
+	ids := make([]int64, 0, n)
 	b := &pgx.Batch{}
+	b.Queue(`SELECT nextval(pg_get_serial_sequence('inbox', 'id')) FROM generate_series(1, $1::int)`, n).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				ids = append(ids, id)
+			}
+			return rows.Err()
+		})
 	b.Queue(`
 		SELECT f.source, f.dedup_key FROM inbox f
 		  JOIN unnest($1::text[], $2::text[]) AS u(source, dedup_key) ON f.source = u.source AND f.dedup_key = u.dedup_key
@@ -266,12 +289,15 @@ func (a *applier) loadDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) 
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, fmt.Errorf("load deliveries: %w", err)
 	}
+	if len(ids) != n {
+		return nil, fmt.Errorf("allocate inbox ids: got %d, want %d", len(ids), n)
+	}
 	for i := range ds {
 		d := &ds[i]
 		k := dedupKey{d.env.Source, d.env.Event.DedupKey}
 		d.duplicate = known[k]
 		known[k] = true
-		d.inboxID = newRef(d.rec.Offset)
+		d.inboxID = ids[i]
 	}
 	return payments, nil
 }
@@ -288,24 +314,24 @@ func queueNewDeliveries(b *pgx.Batch, w *writes, ds []delivery) error {
 	var (
 		sources, dedups, eventIDs, types, keys, facts, statuses, reasons []string
 		payloads                                                         [][]byte
-		offsets                                                          []int64
+		ids, offsets                                                     []int64
 		occurred                                                         []*time.Time
 		received                                                         []time.Time
 		dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys            []string
-		dupOffsets                                                       []int64
+		dupIDs, dupOffsets                                               []int64
 		dupOccurred                                                      []*time.Time
 		dupReceived                                                      []time.Time
 	)
 	for i := range ds {
 		d := &ds[i]
-		if d.rec == nil || d.inboxID > 0 {
+		if d.rec == nil {
 			continue // an inbox row already (replay, sweeper)
 		}
 		ev := d.env.Event
 		if d.duplicate {
 			dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys = append(dupSources, d.env.Source), append(dupDedups, ev.DedupKey),
 				append(dupEventIDs, ev.EventID), append(dupTypes, ev.Type), append(dupKeys, d.env.PaymentKey)
-			dupOffsets, dupOccurred, dupReceived = append(dupOffsets, d.rec.Offset), append(dupOccurred, nullTime(ev.Fact.OccurredAt)), append(dupReceived, d.env.ReceivedAt)
+			dupIDs, dupOffsets, dupOccurred, dupReceived = append(dupIDs, d.inboxID), append(dupOffsets, d.rec.Offset), append(dupOccurred, nullTime(ev.Fact.OccurredAt)), append(dupReceived, d.env.ReceivedAt)
 			continue
 		}
 		at, ok := w.inboxAt[d.inboxID]
@@ -319,22 +345,22 @@ func queueNewDeliveries(b *pgx.Batch, w *writes, ds []delivery) error {
 		sources, dedups, eventIDs, types, keys = append(sources, d.env.Source), append(dedups, ev.DedupKey), append(eventIDs, ev.EventID),
 			append(types, ev.Type), append(keys, d.env.PaymentKey)
 		facts, statuses, reasons = append(facts, string(fact)), append(statuses, w.inboxStatus[at]), append(reasons, w.inboxReason[at])
-		payloads, offsets, occurred, received = append(payloads, d.rec.Value), append(offsets, d.rec.Offset), append(occurred, nullTime(ev.Fact.OccurredAt)), append(received, d.env.ReceivedAt)
+		ids, payloads, offsets, occurred, received = append(ids, d.inboxID), append(payloads, d.rec.Value), append(offsets, d.rec.Offset), append(occurred, nullTime(ev.Fact.OccurredAt)), append(received, d.env.ReceivedAt)
 	}
 	topic, partition := topicOf(ds), partitionOf(ds)
 	if len(offsets) > 0 {
 		want := len(offsets)
 		b.Queue(`
-			INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, attempts, fact, payload,
+			INSERT INTO inbox (id, source, dedup_key, event_id, event_type, payment_key, status, reason, attempts, fact, payload,
 			                   topic, partition, kafka_offset, occurred_at, received_at)
-			SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, u.status, NULLIF(u.reason, ''), 1,
+			SELECT u.id, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, u.status, NULLIF(u.reason, ''), 1,
 			       u.fact::jsonb, u.payload, $1, $2, u.kafka_offset, u.occurred_at, u.received_at
 			  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bytea[],
-			              $12::bigint[], $13::timestamptz[], $14::timestamptz[])
-			       AS u(source, dedup_key, event_id, event_type, payment_key, status, reason, fact, payload, kafka_offset, occurred_at, received_at)
+			              $12::bigint[], $13::timestamptz[], $14::timestamptz[], $15::bigint[])
+			       AS u(source, dedup_key, event_id, event_type, payment_key, status, reason, fact, payload, kafka_offset, occurred_at, received_at, id)
 			 ORDER BY u.kafka_offset
 			ON CONFLICT (source, dedup_key) WHERE duplicate_of IS NULL DO NOTHING`,
-			topic, partition, sources, dedups, eventIDs, types, keys, statuses, reasons, facts, payloads, offsets, occurred, received,
+			topic, partition, sources, dedups, eventIDs, types, keys, statuses, reasons, facts, payloads, offsets, occurred, received, ids,
 		).Exec(func(ct pgconn.CommandTag) error {
 			if int(ct.RowsAffected()) != want {
 				return errDedupRace
@@ -344,15 +370,23 @@ func queueNewDeliveries(b *pgx.Batch, w *writes, ds []delivery) error {
 	}
 	if len(dupOffsets) > 0 {
 		b.Queue(`
-			INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
+			INSERT INTO inbox (id, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
 			                   topic, partition, kafka_offset, occurred_at, received_at)
-			SELECT u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $11, f.id,
+			SELECT u.id, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $11, f.id,
 			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
-			  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::timestamptz[])
-			       AS u(source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at)
+			  FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[], $9::timestamptz[], $10::timestamptz[], $12::bigint[])
+			       AS u(source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at, id)
 			  JOIN inbox f ON f.source = u.source AND f.dedup_key = u.dedup_key AND f.duplicate_of IS NULL
 			 ORDER BY u.kafka_offset`,
-			topic, partition, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOffsets, dupOccurred, dupReceived, reasonDuplicateEvent)
+			topic, partition, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOffsets, dupOccurred, dupReceived, reasonDuplicateEvent, dupIDs).
+			Exec(func(ct pgconn.CommandTag) error {
+				// A first delivery this pipeline did not see (it was
+				// not committed when the batch looked) is missing.
+				if int(ct.RowsAffected()) != len(dupIDs) {
+					return errDedupRace
+				}
+				return nil
+			})
 	}
 	return nil
 }
@@ -377,6 +411,9 @@ func partitionOf(ds []delivery) int32 {
 
 // queueLoadPayments queues, on b, the locking read of the payments in keys
 // (entries of payments, which must exist) and of their deferred events.
+// Events of a held payment wait for replay, and events awaiting a refetch
+// for the sweeper: neither is re-offered here (a thin event's own fact must
+// never apply).
 func queueLoadPayments(b *pgx.Batch, keys []string, payments map[string]*paymentRow) {
 	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1) ORDER BY payment_key FOR UPDATE`, keys).
 		Query(func(rows pgx.Rows) error {
@@ -394,8 +431,8 @@ func queueLoadPayments(b *pgx.Batch, keys []string, payments map[string]*payment
 		})
 	b.Queue(`
 		SELECT id, payment_key, COALESCE(event_id, ''), fact FROM inbox
-		 WHERE payment_key = ANY($1) AND status = 'deferred' AND reason IS DISTINCT FROM $2
-		 ORDER BY id`, keys, reasonPaymentHeld).
+		 WHERE payment_key = ANY($1) AND status = 'deferred' AND reason IS DISTINCT FROM $2 AND reason IS DISTINCT FROM $3
+		 ORDER BY id`, keys, reasonPaymentHeld, reasonAwaitingRefetch).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var wt waiting
@@ -492,18 +529,44 @@ func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, ds []delivery
 	if err := queueNewDeliveries(b, w, ds); err != nil {
 		return err
 	}
+	inserted := map[int64]bool{} // the rows queueNewDeliveries writes, with their outcome
+	for _, d := range ds {
+		if d.rec != nil {
+			inserted[d.inboxID] = true
+		}
+	}
+	// An existing row's outcome is written only if the row still has the
+	// status it was read with: the deliveries' own (replay, sweeper), else
+	// deferred (a waiting event loaded under its payment's lock).
+	expected := map[int64]string{}
+	for _, d := range ds {
+		if d.rec == nil {
+			expected[d.inboxID] = d.status
+		}
+	}
 	var updIDs []int64
-	var updStatus, updReason []string
+	var updStatus, updReason, updExpected []string
 	for i, id := range w.inboxIDs {
-		if id > 0 {
+		if !inserted[id] {
+			exp, ok := expected[id]
+			if !ok {
+				exp = string(payment.OutcomeDeferred)
+			}
 			updIDs, updStatus, updReason = append(updIDs, id), append(updStatus, w.inboxStatus[i]), append(updReason, w.inboxReason[i])
+			updExpected = append(updExpected, exp)
 		}
 	}
 	if len(updIDs) > 0 {
 		b.Queue(`
 			UPDATE inbox SET status = u.status, reason = NULLIF(u.reason, ''), attempts = attempts + 1, processed_at = now()
-			  FROM unnest($1::bigint[], $2::text[], $3::text[]) AS u(id, status, reason)
-			 WHERE inbox.id = u.id`, updIDs, updStatus, updReason)
+			  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) AS u(id, status, reason, expected)
+			 WHERE inbox.id = u.id AND inbox.status = u.expected`, updIDs, updStatus, updReason, updExpected).
+			Exec(func(ct pgconn.CommandTag) error {
+				if n := int(ct.RowsAffected()); n != len(updIDs) {
+					return fmt.Errorf("%w: %d of %d inbox rows still as read", ErrOutcomeChanged, n, len(updIDs))
+				}
+				return nil
+			})
 	}
 	var (
 		keys, sources, ids, statuses, currencies, states []string
@@ -535,12 +598,10 @@ func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, ds []delivery
 	if len(w.trKey) > 0 {
 		b.Queue(`
 			INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, refund_id, inbox_id)
-			SELECT k, v, f, t, kind, amt, cur, NULLIF(ref, ''),
-			       CASE WHEN inbox > 0 THEN inbox
-			            ELSE (SELECT id FROM inbox WHERE topic = $10 AND partition = $11 AND kafka_offset = -inbox - 1) END
+			SELECT k, v, f, t, kind, amt, cur, NULLIF(ref, ''), inbox
 			  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::bigint[])
 			       AS u(k, v, f, t, kind, amt, cur, ref, inbox)`,
-			w.trKey, w.trVersion, w.trFrom, w.trTo, w.trKind, w.trAmount, w.trCurrency, w.trRefundID, w.trInboxID, topicOf(ds), partitionOf(ds))
+			w.trKey, w.trVersion, w.trFrom, w.trTo, w.trKind, w.trAmount, w.trCurrency, w.trRefundID, w.trInboxID)
 	}
 	if len(w.postKey) > 0 {
 		b.Queue(`

@@ -4,34 +4,183 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/payment"
 )
 
+// claimLockTimeout bounds one attempt of a claim to wait for the partition's
+// offset row, which the previous owner's open batch transaction locks.
+const claimLockTimeout = time.Second
+
+// claimed is what claiming a partition found.
+type claimed struct {
+	epoch int64 // the caller's owner epoch
+	next  int64 // the offset to resume from
+	// fresh is true when no offset was stored for the partition.
+	fresh bool
+	// reincarnated is true when the stored offsets belonged to an earlier
+	// incarnation of the topic (deleted and recreated under the same name,
+	// with another topic ID): they were discarded and next is 0.
+	reincarnated bool
+	// prevTopicID is the topic ID stored before, if any.
+	prevTopicID string
+}
+
 // claim makes the caller the owner of a partition: it bumps the partition's
 // owner_epoch and returns the epoch and the offset to resume from. fresh is
 // true when paystream has never stored an offset for the partition.
-func claim(ctx context.Context, db beginner, group, topic string, partition int32) (epoch, next int64, fresh bool, err error) {
-	err = db.QueryRow(ctx, `
-		INSERT INTO consumer_offsets (group_id, topic, partition, next_offset, owner_epoch)
-		VALUES ($1, $2, $3, 0, 1)
-		ON CONFLICT (group_id, topic, partition)
-		DO UPDATE SET owner_epoch = consumer_offsets.owner_epoch + 1, updated_at = now()
-		RETURNING owner_epoch, next_offset, (xmax = 0)`, group, topic, partition).Scan(&epoch, &next, &fresh)
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("claim partition %s/%d: %w", topic, partition, err)
-	}
-	return epoch, next, fresh, nil
+func claim(ctx context.Context, db batcher, group, topic string, partition int32) (epoch, next int64, fresh bool, err error) {
+	c, err := claimIncarnation(ctx, db, group, topic, partition, "")
+	return c.epoch, c.next, c.fresh, err
 }
 
-// beginner is what a batch needs from a pool: a transaction and a query.
+// claimIncarnation is claim for the incarnation of topic whose Kafka topic
+// ID is topicID ("" if unknown: the stored ID is then neither checked nor
+// changed). When the stored ID differs, the stored offset belongs to a
+// topic that no longer exists and the partition resumes from 0.
+//
+// One attempt waits at most claimLockTimeout for the offset row (a previous
+// owner's open transaction locks it) and then fails with SQLSTATE 55P03;
+// see Processor.claimPartition for the retries.
+func claimIncarnation(ctx context.Context, db batcher, group, topic string, partition int32, topicID string) (claimed, error) {
+	var c claimed
+	var prev *string
+	b := &pgx.Batch{}
+	// One implicit transaction: the setting lasts for the claim only.
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, millis(claimLockTimeout))
+	b.Queue(`
+		WITH prev AS (SELECT topic_id FROM consumer_offsets WHERE group_id = $1 AND topic = $2 AND partition = $3)
+		INSERT INTO consumer_offsets AS co (group_id, topic, partition, next_offset, owner_epoch, topic_id)
+		VALUES ($1, $2, $3, 0, 1, NULLIF($4, ''))
+		ON CONFLICT (group_id, topic, partition) DO UPDATE
+		   SET owner_epoch = co.owner_epoch + 1,
+		       next_offset = CASE WHEN co.topic_id <> EXCLUDED.topic_id THEN 0 ELSE co.next_offset END,
+		       topic_id = COALESCE(EXCLUDED.topic_id, co.topic_id),
+		       updated_at = now()
+		RETURNING owner_epoch, next_offset, (xmax = 0), (SELECT topic_id FROM prev)`,
+		group, topic, partition, topicID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&c.epoch, &c.next, &c.fresh, &prev)
+	})
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
+		return claimed{}, fmt.Errorf("claim partition %s/%d: %w", topic, partition, err)
+	}
+	if prev != nil {
+		c.prevTopicID = *prev
+		// prev is read from the statement's snapshot, for the log only:
+		// the UPDATE itself compared the row's latest version.
+		c.reincarnated = !c.fresh && topicID != "" && c.prevTopicID != topicID && c.next == 0
+	}
+	return c, nil
+}
+
+// claimPartition claims a partition for this processor, retrying until it
+// succeeds or ctx ends. A previous owner that froze or lost its network in
+// the middle of a batch transaction still holds the partition's offset row:
+// its session is ended by Postgres after IdleInTransactionTimeout when it
+// froze between statements, but nothing server-side ends one that froze in
+// the middle of sending a statement (Postgres 15 has no
+// transaction_timeout). So once a claim has waited IdleInTransactionTimeout
+// plus claimLockTimeout, it terminates the backend that holds the row
+// (pg_terminate_backend: the same database role, or pg_signal_backend). The
+// holder's transaction rolls back, and its retry is fenced by the new epoch.
+func (p *Processor) claimPartition(ctx context.Context, topic string, partition int32) (claimed, error) {
+	topicID := p.topicID(ctx, topic)
+	start := time.Now()
+	backoff := 50 * time.Millisecond
+	for {
+		c, err := claimIncarnation(ctx, p.pool, p.cfg.Group, topic, partition, topicID)
+		if err == nil {
+			if c.reincarnated {
+				p.log.Warn("topic was recreated: offsets stored for its previous incarnation discarded, resuming the partition from its start",
+					"topic", topic, "partition", partition, "topic_id", topicID, "previous_topic_id", c.prevTopicID)
+			}
+			return c, nil
+		}
+		var pgErr *pgconn.PgError
+		waiting := errors.As(err, &pgErr) && pgErr.Code == "55P03"
+		switch {
+		case !waiting:
+			p.log.Warn("claim partition failed, retrying", "partition", partition, "error", err)
+		case time.Since(start) >= p.cfg.IdleInTransactionTimeout+claimLockTimeout && p.cfg.IdleInTransactionTimeout > 0:
+			p.terminateHolder(ctx, topic, partition, time.Since(start))
+		default:
+			p.log.Info("partition still locked by its previous owner's transaction, waiting", "partition", partition, "waited", time.Since(start).Round(time.Millisecond))
+		}
+		select {
+		case <-ctx.Done():
+			return claimed{}, errors.Join(ctx.Err(), err)
+		case <-time.After(backoff):
+		}
+		if !waiting {
+			backoff = min(backoff*2, p.cfg.RetryBackoffMax)
+		}
+	}
+}
+
+// terminateHolder ends the session whose transaction locks the partition's
+// offset row: the transaction that last locked or updated the row (its
+// xmax) holds a lock on its own transaction ID, which names its backend.
+func (p *Processor) terminateHolder(ctx context.Context, topic string, partition int32, waited time.Duration) {
+	var pid int32
+	var terminated bool
+	err := p.pool.QueryRow(ctx, `
+		SELECT l.pid, pg_terminate_backend(l.pid)
+		  FROM consumer_offsets co
+		  JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = co.xmax AND l.mode = 'ExclusiveLock' AND l.granted
+		 WHERE co.group_id = $1 AND co.topic = $2 AND co.partition = $3 AND l.pid <> pg_backend_pid()`,
+		p.cfg.Group, topic, partition).Scan(&pid, &terminated)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// Released meanwhile.
+	case err != nil:
+		p.log.Error("cannot end the session holding a partition: grant the processor's role pg_signal_backend, or end it by hand",
+			"partition", partition, "waited", waited.Round(time.Millisecond), "error", err)
+	default:
+		p.log.Warn("ended the session of a previous owner that held the partition past the idle-in-transaction timeout",
+			"partition", partition, "pid", pid, "terminated", terminated, "waited", waited.Round(time.Millisecond))
+	}
+}
+
+// topicID returns the Kafka topic ID of topic, or "" if the broker does not
+// tell (then claims neither check nor record it).
+func (p *Processor) topicID(ctx context.Context, topic string) string {
+	cl := p.kcl.Load()
+	if cl == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	md, err := kadm.NewClient(cl).Metadata(ctx, topic)
+	if err != nil {
+		p.log.Warn("topic metadata unavailable; claiming without checking the topic ID", "topic", topic, "error", err)
+		return ""
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil || td.ID == (kadm.TopicID{}) {
+		return ""
+	}
+	return td.ID.String()
+}
+
+// batcher is what a claim needs from a pool or connection.
+type batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// beginner is what a batch needs from a pool: a transaction.
 type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
+
+// millis formats d for a Postgres timeout setting.
+func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // batchOutcome summarizes a committed batch.
 type batchOutcome struct {
@@ -76,9 +225,21 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 	topic, partition := recs[0].Topic, recs[0].Partition
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var next, owner int64
-		err := tx.QueryRow(ctx, `
+		b := &pgx.Batch{}
+		// Server-side bounds, set in the same round trip as the lock: a
+		// processor that freezes (SIGSTOP, a VM pause) between statements
+		// has its session ended after idleTimeout, releasing the offset
+		// row for the partition's next owner; a statement runs at most as
+		// long as the worker waits for the whole transaction.
+		if a.idleTimeout > 0 {
+			b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
+				millis(a.idleTimeout), millis(commitTimeout))
+		}
+		b.Queue(`
 			SELECT next_offset, owner_epoch FROM consumer_offsets
-			 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).Scan(&next, &owner)
+			 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&next, &owner) })
+		err := tx.SendBatch(ctx, b).Close()
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: no offset row for %s/%d", ErrFenced, topic, partition)
 		}

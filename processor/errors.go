@@ -25,44 +25,142 @@ func poison(format string, args ...any) error {
 	return &poisonError{err: fmt.Errorf(format, args...)}
 }
 
-// isPoison is the one place that decides whether a failed record is
-// quarantined (deterministic failure) or its whole batch retried (transient).
-// Our own validation errors are poison; Postgres errors are poison unless
-// their SQLSTATE says the same statement could succeed later; anything else
-// (network, timeouts, closed connections) is transient.
-func isPoison(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrFenced) {
-		return false
-	}
+// Failure classes: the label of paystream_processor_batch_failures_total
+// and what the log line of a stalled batch tells the operator to fix.
+const (
+	classPoison        = "poison"         // the record's own data; quarantined
+	classContention    = "contention"     // lock timeout, deadlock, serialization, a dedup race
+	classConnection    = "connection"     // the connection to Postgres failed
+	classTimeout       = "timeout"        // a statement or the batch took too long
+	classPermission    = "permission"     // the role lacks a privilege
+	classMissingObject = "missing_object" // a table, column or function is missing
+	classResources     = "resources"      // Postgres is out of disk, memory or connections
+	classOther         = "other"
+)
+
+// failure is what a failed batch means.
+type failure struct {
+	class string
+	// poison: the record's own data caused it, so it is quarantined. Any
+	// other failure stalls the partition: its batch is retried, with
+	// backoff, until it commits.
+	poison bool
+	// code is the SQLSTATE, when Postgres raised the error.
+	code string
+	// fix tells the operator what to do about a stall, if anything.
+	fix string
+}
+
+// classify is the one place that decides whether a failed record is
+// quarantined or its batch retried. Only an error caused by the record's own
+// data may quarantine it: our own poisonError, and the SQLSTATE classes 22
+// (data exception), 23 (integrity violation, except 23505 unique_violation,
+// which two writers racing produce) and 54 (program limit exceeded: a value
+// too large). Everything else — a missing privilege or table, a lost
+// connection, exhausted resources, an internal error, an unknown error —
+// would quarantine every record alike, so it stalls the partition instead
+// until someone fixes it.
+func classify(err error) failure {
 	var pe *poisonError
 	if errors.As(err, &pe) {
-		return true
+		return failure{class: classPoison, poison: true}
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return !transientSQLState(pgErr.Code)
+		return classifySQLState(pgErr.Code)
 	}
-	return false
+	switch {
+	case errors.Is(err, errDedupRace):
+		return failure{class: classContention}
+	case errors.Is(err, context.DeadlineExceeded):
+		return failure{class: classTimeout, fix: "the batch transaction exceeded its timeout; check Postgres load and locks"}
+	case pgconn.SafeToRetry(err), pgconn.Timeout(err), isConnError(err):
+		return failure{class: classConnection, fix: "check that Postgres is up and reachable"}
+	}
+	return failure{class: classOther}
 }
 
-// transientSQLState reports whether a SQLSTATE names a condition that may
-// clear on retry: connection exceptions, serialization failures, deadlocks,
-// lock timeouts, resource exhaustion and operator intervention.
-func transientSQLState(code string) bool {
+func classifySQLState(code string) failure {
+	f := failure{code: code}
 	switch code {
-	case "40001", "40P01", "55P03", "57014":
-		return true
+	case "23505": // unique_violation: a concurrent writer got there first
+		f.class = classContention
+		return f
+	case "40001", "40P01", "55P03": // serialization failure, deadlock, lock not available
+		f.class = classContention
+		return f
+	case "57014": // query_canceled: statement_timeout or a cancel request
+		f.class, f.fix = classTimeout, "a statement exceeded statement_timeout or was canceled; check Postgres load and locks"
+		return f
+	case "42501": // insufficient_privilege
+		f.class, f.fix = classPermission, "grant the processor's database role SELECT, INSERT, UPDATE on paystream's tables and USAGE on their sequences"
+		return f
+	case "42P01", "42703", "42883", "42704", "3F000": // undefined table, column, function, object; invalid schema
+		f.class, f.fix = classMissingObject, "run paystream migrate and check the connection's search_path"
+		return f
+	case "25P03", "57P01", "57P02", "57P03": // idle-in-transaction timeout, admin/crash shutdown, cannot connect now
+		f.class, f.fix = classConnection, "check that Postgres is up and reachable"
+		return f
 	}
-	if len(code) < 2 {
-		return true
+	if len(code) != 5 {
+		f.class = classOther
+		return f
 	}
 	switch code[:2] {
-	case "08", // connection exception
-		"53", // insufficient resources
-		"57", // operator intervention (admin shutdown, crash shutdown)
-		"58", // system error (I/O)
-		"XX": // internal error
+	case "22", "23", "54": // data exception, integrity violation, program limit exceeded
+		f.class, f.poison = classPoison, true
+	case "08":
+		f.class, f.fix = classConnection, "check that Postgres is up and reachable"
+	case "53":
+		f.class, f.fix = classResources, "Postgres is out of disk, memory or connections"
+	case "42":
+		f.class, f.fix = classMissingObject, "a statement refers to something the schema lacks; run paystream migrate"
+	default: // 55 object state, 57 operator intervention, 58 system error, XX internal, ...
+		f.class = classOther
+	}
+	return f
+}
+
+// isConnError reports whether err is a failure of the connection itself
+// (closed, reset, refused) rather than of a statement.
+func isConnError(err error) bool {
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
 		return true
 	}
-	return false
+	var netErr interface{ Timeout() bool }
+	return errors.As(err, &netErr)
+}
+
+// isPoison reports whether err, from applying a record, quarantines it.
+func isPoison(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ErrFenced) {
+		return false
+	}
+	return classify(err).poison
+}
+
+// batchFailed counts and logs a batch that failed and will be retried. A
+// stall that needs an operator (a missing privilege or table, exhausted
+// resources, an unknown error) is logged as an error naming the SQLSTATE and
+// what to fix; contention and connection trouble, which clear by
+// themselves, as warnings.
+func (p *Processor) batchFailed(partition int32, attempt, records int, err error) {
+	f := classify(err)
+	p.metrics.batchRetries.Inc()
+	p.metrics.batchFailures.WithLabelValues(f.class).Inc()
+	attrs := []any{"partition", partition, "attempt", attempt, "records", records, "class", f.class}
+	if f.code != "" {
+		attrs = append(attrs, "sqlstate", f.code)
+	}
+	if f.fix != "" {
+		attrs = append(attrs, "fix", f.fix)
+	}
+	attrs = append(attrs, "error", err)
+	switch f.class {
+	case classPermission, classMissingObject, classResources, classOther:
+		p.log.Error("partition stalled: batch failed, retrying until fixed", attrs...)
+	default:
+		p.log.Warn("batch failed, retrying", attrs...)
+	}
 }

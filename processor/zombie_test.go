@@ -110,7 +110,7 @@ func wantAfter(t *testing.T, recs []*kgo.Record, n int, epoch int64) zombieSnaps
 	return s
 }
 
-func mustClaim(t *testing.T, db beginner) (epoch, next int64) {
+func mustClaim(t *testing.T, db batcher) (epoch, next int64) {
 	t.Helper()
 	epoch, next, _, err := claim(context.Background(), db, zombieGroup, zombieTopic, 0)
 	if err != nil {

@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/testenv"
+)
+
+// startNamedProcessor is startProcessor with the processor's Postgres
+// sessions named app (application_name), so the test can find them.
+func startNamedProcessor(t *testing.T, dbURL string, brokers []string, topic, group, app string) *processorProc {
+	t.Helper()
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("application_name", app)
+	u.RawQuery = q.Encode()
+	logf, err := os.Create(filepath.Join(t.TempDir(), app+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "processor",
+		"--kafka-brokers", brokers[0], "--database-url", u.String(), "--raw-topic", topic, "--group", group,
+		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "warn")
+	cmd.Env = append(os.Environ(), "PAYSTREAM_METRICS_ADDR=")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &processorProc{cmd: cmd, log: logf}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("%s log:\n%s", app, b)
+		}
+		logf.Close()
+	})
+	return p
+}
+
+// TestFrozenProcessorReleasesItsPartitions: of two processor subprocesses,
+// one is stopped (SIGSTOP) while it holds a batch transaction open, with
+// the partition's offset row locked. Its partitions must move to the other
+// processor within the session timeout plus a few seconds: Postgres ends
+// the frozen session after the idle-in-transaction timeout, so the other's
+// claim gets the row. When the frozen one is continued, its commit fails
+// (connection terminated, then fenced). Nothing is applied twice and
+// stored offsets never go backwards. Before, the claim waited on the row
+// lock for as long as the freeze lasted.
+func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
+	db := testenv.NewDB(t)
+	brokers := testenv.Kafka(t)
+	const partitions = 6
+	raw := testenv.Topic(t, "raw", partitions)
+	group := testenv.Group(t)
+	const sessionTimeout = 6 * time.Second
+
+	hs := genHistories(400)
+	recs := historyRecords(t, raw, hs)
+	frozenApp, liveApp := "ps-frozen-"+db.Schema, "ps-live-"+db.Schema
+	frozen := startNamedProcessor(t, db.URL, brokers, raw, group, frozenApp)
+	startNamedProcessor(t, db.URL, brokers, raw, group, liveApp)
+	watch := watchOffsets(t, db.Pool, group, raw)
+
+	// Traffic flows for the whole test, in small acked chunks.
+	produced := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; i < len(recs) && err == nil; i += 20 {
+			err = tryProduceRaw(brokers, recs[i:min(i+20, len(recs))]...)
+			time.Sleep(25 * time.Millisecond) // pacing the load, not synchronizing
+		}
+		produced <- err
+	}()
+	// Both processors own partitions once all six have a stored offset
+	// and both have had open transactions.
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		return count(t, db.Pool, `SELECT count(*) FROM consumer_offsets WHERE group_id = $1 AND next_offset > 0`, group) == partitions &&
+			count(t, db.Pool, `SELECT count(DISTINCT application_name) FROM pg_stat_activity WHERE application_name IN ($1, $2) AND xact_start IS NOT NULL`, frozenApp, liveApp) == 2
+	}, "both processors working on all partitions")
+
+	// Stop the frozen one at a moment it holds a batch transaction with
+	// row locks (a transaction ID): idle in transaction, as seen once it
+	// is stopped and its in-flight statements are done.
+	holding := func() (pid int, state string) {
+		err := db.Pool.QueryRow(context.Background(), `
+			SELECT COALESCE(max(pid) FILTER (WHERE state = 'idle in transaction' AND backend_xid IS NOT NULL), 0),
+			       COALESCE(string_agg(state, ',' ORDER BY state), '')
+			  FROM pg_stat_activity WHERE application_name = $1`, frozenApp).Scan(&pid, &state)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid, state
+	}
+	var frozenPID int
+	var stoppedAt time.Time
+	for attempt := 1; frozenPID == 0; attempt++ {
+		if attempt > 500 {
+			t.Fatalf("never caught the processor with an open transaction")
+		}
+		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		stoppedAt = time.Now()
+		var state string
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			frozenPID, state = holding()
+			return !strings.Contains(state, "active")
+		}, "the stopped processor's statements to finish")
+		if frozenPID == 0 {
+			if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			t.Logf("stopped the processor on attempt %d holding backend %d's transaction (sessions: %s)", attempt, frozenPID, state)
+		}
+	}
+
+	// One more record per partition, then measure how long until every
+	// partition has applied up to its end: the frozen one's partitions
+	// only once the live processor owns them.
+	var marks []*kgo.Record
+	for p := range int32(partitions) {
+		id := fmt.Sprintf("freeze_mark_%d", p)
+		ev := provider.Event{EventID: "evt_" + id, DedupKey: "evt_" + id, PaymentID: id, Type: "payment.created",
+			Fact: payment.Fact{Status: payment.StatusPending, AmountMinor: 100, Currency: "BRL", OccurredAt: time.Now().UTC()}}
+		r := rawRecord(t, raw, "acme:"+id, ev)
+		r.Partition = p
+		marks = append(marks, r)
+		hs = append(hs, history{key: "acme:" + id, id: id, events: []provider.Event{ev}})
+	}
+	produceManual(t, brokers, marks...)
+	ends := endOffsetsByPartition(t, brokers, raw)
+	testenv.WaitFor(t, sessionTimeout+30*time.Second, func() error {
+		stored := storedOffsets(t, db.Pool, group, raw)
+		for p, end := range ends {
+			if stored[p] < end {
+				return fmt.Errorf("partition %d: stored offset %d, below %d", p, stored[p], end)
+			}
+		}
+		return nil
+	})
+	stall := time.Since(stoppedAt)
+	t.Logf("all %d partitions applied past the freeze %s after SIGSTOP (session timeout %s)", partitions, stall.Round(time.Millisecond), sessionTimeout)
+	if pid, _ := holding(); pid == frozenPID {
+		t.Errorf("the frozen processor's session %d still holds its transaction", frozenPID)
+	}
+
+	// Wake it: its commit must fail, and it must not write.
+	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 60*time.Second, func() error {
+		b, _ := os.ReadFile(frozen.log.Name())
+		s := string(b)
+		if strings.Contains(s, "partition fenced") || strings.Contains(s, "25P03") || strings.Contains(s, "57P01") {
+			return nil
+		}
+		return fmt.Errorf("the woken processor logged no failed or fenced commit yet:\n%s", s)
+	})
+	if err := <-produced; err != nil {
+		t.Fatal(err)
+	}
+	ends = endOffsetsByPartition(t, brokers, raw)
+	testenv.WaitFor(t, 120*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	watch.check(t)
+	if n := count(t, db.Pool, `SELECT count(*) FROM inbox`); n != len(recs)+partitions {
+		t.Errorf("inbox rows = %d, want one per record (%d)", n, len(recs)+partitions)
+	}
+	checkExactlyOnce(t, db.Pool, hs)
+}
+
+// produceManual produces recs to the partitions they name.
+func produceManual(t *testing.T, brokers []string, recs ...*kgo.Record) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
