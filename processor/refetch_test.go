@@ -22,10 +22,11 @@ import (
 )
 
 // TestRefetchAppliesWhatTheGatewaySays: thin events (NeedsRefetch) move no
-// money on their own body. The processor asks a real HTTP server playing the
-// gateway for the payment, outside the transaction, and applies its answer;
-// when the gateway fails, the events wait as deferred:awaiting_refetch and
-// the sweeper applies them once the gateway answers again.
+// money on their own body. The worker records them as
+// deferred:awaiting_refetch and kicks its partition's sweeper, which asks a
+// real HTTP server playing the gateway for the payment, outside any
+// transaction, and applies its answer; when the gateway fails, the events
+// keep waiting and the sweeper retries after RefetchRetry.
 func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 	db := testenv.NewDB(t)
 	brokers := testenv.Kafka(t)

@@ -16,6 +16,12 @@ import (
 // ErrNotHeld is returned by Replay for a payment that has nothing to replay.
 var ErrNotHeld = errors.New("payment is not held and has no quarantined events")
 
+// ErrOutcomeChanged is returned when an inbox row's outcome was about to be
+// rewritten but the row no longer has the status it was read with: another
+// writer (a partition's worker or sweeper, another replay) decided it
+// meanwhile. The transaction is rolled back; nothing was written.
+var ErrOutcomeChanged = errors.New("inbox event changed concurrently")
+
 // ReplayReport says what a replay did.
 type ReplayReport struct {
 	PaymentKey string
@@ -41,6 +47,12 @@ type ReplayOptions struct {
 // order, through the same machine and writes as the processor — so each
 // applies exactly once. If an event still fails, nothing changes and the
 // error names it.
+//
+// Replay runs outside the consumer group, so it holds no partition epoch:
+// it locks the payment row (as every writer of a payment does) and writes
+// each inbox outcome only if the row still has the status it was read
+// with. If one changed meanwhile, Replay rolls back and returns
+// ErrOutcomeChanged; running it again sees the new state.
 func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts ReplayOptions) (ReplayReport, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -98,7 +110,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 		var ds []delivery
 		for _, r := range rows {
 			if skip[r.id] {
-				if _, err := tx.Exec(ctx, `UPDATE inbox SET status = 'ignored', reason = 'skipped_by_operator', processed_at = now() WHERE id = $1`, r.id); err != nil {
+				if err := updateAsRead(ctx, tx, r.id, r.status, `status = 'ignored', reason = 'skipped_by_operator', processed_at = now()`); err != nil {
 					return fmt.Errorf("skip inbox %d: %w", r.id, err)
 				}
 				report.Skipped = append(report.Skipped, r.id)
@@ -106,7 +118,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 			}
 			if r.duplicateOf != nil {
 				// A redelivery of an event already in the inbox.
-				if _, err := tx.Exec(ctx, `UPDATE inbox SET status = 'ignored', reason = $2, processed_at = now() WHERE id = $1`, r.id, reasonDuplicateEvent); err != nil {
+				if err := updateAsRead(ctx, tx, r.id, r.status, `status = 'ignored', reason = $3, processed_at = now()`, reasonDuplicateEvent); err != nil {
 					return fmt.Errorf("settle duplicate inbox %d: %w", r.id, err)
 				}
 				report.Replayed[string(payment.OutcomeIgnored)]++
@@ -122,7 +134,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 			if p.source == "" {
 				p.source, p.paymentID = env.Source, env.Event.PaymentID
 			}
-			ds = append(ds, delivery{env: env, inboxID: r.id})
+			ds = append(ds, delivery{env: env, inboxID: r.id, status: r.status})
 		}
 		if len(ds) == 0 {
 			return nil
@@ -130,12 +142,18 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 		// Quarantined rows were stored without their fact; store it now so
 		// a later deferral can be re-offered.
 		for _, d := range ds {
-			if _, err := tx.Exec(ctx, `UPDATE inbox SET fact = $2, event_type = $3, event_id = NULLIF($4, ''), occurred_at = $5 WHERE id = $1`,
-				d.inboxID, d.env.Event.Fact, d.env.Event.Type, d.env.Event.EventID, nullTime(d.env.Event.Fact.OccurredAt)); err != nil {
+			if err := updateAsRead(ctx, tx, d.inboxID, d.status, `fact = $3, event_type = $4, event_id = NULLIF($5, ''), occurred_at = $6`,
+				d.env.Event.Fact, d.env.Event.Type, d.env.Event.EventID, nullTime(d.env.Event.Fact.OccurredAt)); err != nil {
+				if errors.Is(err, ErrOutcomeChanged) {
+					return err
+				}
 				return fmt.Errorf("inbox event %d still fails: %w", d.inboxID, err)
 			}
 		}
 		results, err := a.decide(ctx, tx, ds, payments)
+		if errors.Is(err, ErrOutcomeChanged) {
+			return err
+		}
 		if err != nil {
 			return fmt.Errorf("replay still fails: %w", err)
 		}
@@ -148,6 +166,20 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 		return ReplayReport{}, err
 	}
 	return report, nil
+}
+
+// updateAsRead applies set (an UPDATE's SET list, whose parameters start at
+// $3) to inbox row id if it still has status, and fails with
+// ErrOutcomeChanged if it does not.
+func updateAsRead(ctx context.Context, tx pgx.Tx, id int64, status, set string, args ...any) error {
+	ct, err := tx.Exec(ctx, `UPDATE inbox SET `+set+` WHERE id = $1 AND status = $2`, append([]any{id, status}, args...)...)
+	if err != nil {
+		return err
+	}
+	if ct.RowsAffected() != 1 {
+		return fmt.Errorf("%w: inbox %d is no longer %s", ErrOutcomeChanged, id, status)
+	}
+	return nil
 }
 
 // HeldPayment is a payment waiting for a replay.

@@ -36,7 +36,7 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `
 		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'P0001'; END IF;
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
@@ -121,5 +121,103 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 	again, err := commitBatch(ctx, db.Pool, a, "g", epoch, recs)
 	if err != nil || again.applied != 0 {
 		t.Errorf("re-commit = %+v, %v; want nothing applied", again, err)
+	}
+}
+
+// TestReplayRollsBackWhenAnEventChanges: Replay runs outside the consumer
+// group, beside the processors. If another writer decides one of the
+// payment's events between Replay's read and its write, Replay must not
+// overwrite that outcome: it rolls back everything (the hold stays) and
+// says so with ErrOutcomeChanged. The other writer here holds the event's
+// row lock, so Replay's write waits for it and then finds the row changed.
+func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	// pay_bad's first event is quarantined (Postgres refuses its
+	// transition), so the payment is held and its refund waits.
+	if _, err := db.Pool.Exec(ctx, `
+		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
+		t.Fatal(err)
+	}
+	epoch, _, _, err := claim(ctx, db.Pool, "g", "raw", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	recs := []*kgo.Record{
+		replayRecord(t, 0, "pay_bad", "e1", payment.Fact{Status: payment.StatusPaid, AmountMinor: 500, Currency: "BRL", OccurredAt: at}),
+		replayRecord(t, 1, "pay_bad", "e2", payment.Fact{Status: payment.StatusPartiallyRefunded, AmountMinor: 100, Currency: "BRL", RefundID: "re_1", OccurredAt: at.Add(time.Hour)}),
+	}
+	if _, err := commitBatch(ctx, db.Pool, &applier{now: time.Now}, "g", epoch, recs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DROP TRIGGER refuse_bad ON payment_transitions`); err != nil {
+		t.Fatal(err)
+	}
+	var quarantined int64
+	if err := db.Pool.QueryRow(ctx, `SELECT id FROM inbox WHERE status = 'quarantined'`).Scan(&quarantined); err != nil {
+		t.Fatal(err)
+	}
+
+	// The other writer locks the quarantined event's row.
+	other, err := db.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Rollback(ctx) //nolint:errcheck // committed below, or rolled back on failure
+	var otherPID int32
+	if err := other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Exec(ctx, `SELECT 1 FROM inbox WHERE id = $1 FOR UPDATE`, quarantined); err != nil {
+		t.Fatal(err)
+	}
+	replayed := make(chan error, 1)
+	go func() {
+		_, err := Replay(ctx, db.Pool, "acme:pay_bad", ReplayOptions{})
+		replayed <- err
+	}()
+	// Replay has read the events and waits to write the locked one.
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, otherPID).Scan(&n)
+		return n > 0
+	}, "Replay to wait for the event's row lock")
+	if _, err := other.Exec(ctx, `UPDATE inbox SET status = 'ignored', reason = 'skipped_by_operator' WHERE id = $1`, quarantined); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-replayed:
+		if !errors.Is(err, ErrOutcomeChanged) {
+			t.Fatalf("Replay = %v, want ErrOutcomeChanged", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Replay did not return")
+	}
+
+	var held bool
+	var transitions int
+	if err := db.Pool.QueryRow(ctx, `
+		SELECT held, (SELECT count(*) FROM payment_transitions WHERE payment_key = 'acme:pay_bad')
+		  FROM payments WHERE payment_key = 'acme:pay_bad'`).Scan(&held, &transitions); err != nil {
+		t.Fatal(err)
+	}
+	if !held || transitions != 0 {
+		t.Errorf("after the rolled-back replay: held=%v, %d transitions; want still held, none", held, transitions)
+	}
+	var status, reason string
+	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE id = $1`, quarantined).Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != "ignored" || reason != "skipped_by_operator" {
+		t.Errorf("e1 = %s/%s, want the other writer's ignored/skipped_by_operator", status, reason)
 	}
 }

@@ -2,156 +2,297 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
-	"github.com/paystream/paystream/internal/payment"
 )
 
-// refetchBatch asks the gateways, before the batch's transaction, for the
-// current facts of every payment in recs whose events need a refetch (one
-// request per payment). It returns them by record offset; a payment whose
-// refetch failed is absent, and its events wait as deferred:awaiting_refetch
-// for the sweeper.
-func (p *Processor) refetchBatch(ctx context.Context, recs []*kgo.Record) map[int64][]payment.Fact {
-	if p.refetch == nil {
-		return nil
-	}
-	var out map[int64][]payment.Fact
-	done := map[string][]payment.Fact{}
-	for _, rec := range recs {
-		env, err := envelope.DecodeRaw(rec.Value)
-		if err != nil || !env.Event.NeedsRefetch || !p.refetch.can(env.Source) {
-			continue
-		}
-		facts, seen := done[env.PaymentKey]
-		if !seen {
-			facts, err = p.refetch.fetch(ctx, env.Source, env.Event.PaymentID)
-			if err != nil {
-				facts = nil
-			}
-			done[env.PaymentKey] = facts
-		}
-		if facts != nil {
-			if out == nil {
-				out = map[int64][]payment.Fact{}
-			}
-			out[rec.Offset] = facts
-		}
-	}
-	return out
+// sweepLimit bounds the deferred events one sweep round lists.
+const sweepLimit = 500
+
+// sweeper refetches, off the worker's path, the deferred events of one
+// partition that wait for their gateway: events recorded as
+// deferred:awaiting_refetch (thin or unsigned webhooks) and events whose
+// predecessor did not come within DeferredWindow. It runs beside the
+// partition's Worker, is started and stopped with it and holds its owner
+// epoch: each payment's answer is applied in a transaction that locks the
+// partition's offset row and checks the epoch, exactly like a batch, so a
+// sweeper whose partition moved to another owner writes nothing.
+//
+// The worker kicks it when a batch left events awaiting a refetch; a
+// refetch that failed is retried after RefetchRetry.
+type sweeper struct {
+	p         *Processor
+	topic     string
+	partition int32
+	epoch     int64
+
+	kicks chan struct{} // capacity 1: a pending kick is enough
+	quit  chan struct{}
+	done  chan struct{}
 }
 
-// sweepLoop retries the refetches that failed (events deferred as
-// awaiting_refetch) and refetches the payments whose deferred events are
-// overdue (their predecessor never came within DeferredWindow), for the
-// sources that can refetch. It runs until ctx ends.
-func (p *Processor) sweepLoop(ctx context.Context) {
-	if p.refetch == nil {
+func newSweeper(p *Processor, topic string, partition int32, epoch int64) *sweeper {
+	return &sweeper{
+		p: p, topic: topic, partition: partition, epoch: epoch,
+		kicks: make(chan struct{}, 1),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+}
+
+// startSweeper starts the sweeper of w's partition, or returns nil when no
+// source refetches.
+func (w *Worker) startSweeper() *sweeper {
+	if w.p.refetch == nil {
+		return nil
+	}
+	s := newSweeper(w.p, w.topic, w.partition, w.epoch)
+	go s.run()
+	return s
+}
+
+// kickIfAwaiting kicks s when a committed batch left events waiting for a
+// refetch their source can do. s may be nil.
+func (s *sweeper) kickIfAwaiting(results []result) {
+	if s == nil {
 		return
 	}
-	t := time.NewTicker(p.cfg.RefetchRetry / 2)
-	defer t.Stop()
+	for _, r := range results {
+		if r.reason == reasonAwaitingRefetch && s.p.refetch.can(r.source) {
+			s.kick()
+			return
+		}
+	}
+}
+
+// kick asks for a sweep round now.
+func (s *sweeper) kick() {
+	select {
+	case s.kicks <- struct{}{}:
+	default:
+	}
+}
+
+// stop cancels the sweeper's refetch or transaction in flight and waits for
+// it to end. s may be nil.
+func (s *sweeper) stop() {
+	if s == nil {
+		return
+	}
+	close(s.quit)
+	<-s.done
+}
+
+func (s *sweeper) run() {
+	defer close(s.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.quit:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	// A new owner looks at once: events may have waited for the old one.
+	idle := time.NewTimer(0)
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-s.kicks:
+		case <-idle.C:
 		}
-		if n, err := p.sweep(ctx); err != nil && ctx.Err() == nil {
-			p.log.Warn("refetch sweep failed", "error", err)
-		} else if n > 0 {
-			p.log.Info("refetch sweep", "payments", n)
+		full, err := s.sweep(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrFenced):
+			s.p.metrics.fenced.Inc()
+			s.p.log.Warn("refetch sweeper fenced: a newer owner claimed the partition; stopping",
+				"partition", s.partition, "epoch", s.epoch, "error", err)
+			return
+		case err != nil:
+			s.p.log.Warn("refetch sweep failed", "partition", s.partition, "error", err)
 		}
+		if full {
+			s.kick() // more due events than one round takes
+		}
+		// Failed refetches are due again after RefetchRetry; looking twice
+		// as often bounds the extra wait to half of it.
+		idle.Reset(s.p.cfg.RefetchRetry / 2)
 	}
 }
 
-// sweep handles one round of due deferred events and returns how many
-// payments it refetched.
-func (p *Processor) sweep(ctx context.Context) (int, error) {
-	sources := slices.Collect(maps.Keys(p.refetch.sources))
-	rows, err := p.pool.Query(ctx, `
-		SELECT id, payment_key, source, payload FROM inbox
-		 WHERE status = 'deferred' AND source = ANY($1) AND payload IS NOT NULL
-		   AND ((reason = $2 AND processed_at < now() - $3::interval)
-		     OR (reason NOT IN ($2, $4) AND received_at < now() - $5::interval))
-		 ORDER BY id LIMIT 500`,
-		sources, reasonAwaitingRefetch, p.cfg.RefetchRetry, reasonPaymentHeld, p.cfg.DeferredWindow)
+// dueEvent is a deferred inbox event the sweeper refetches.
+type dueEvent struct {
+	id  int64
+	env envelope.Raw
+}
+
+// sweep runs one round: it lists the partition's due deferred events and,
+// payment by payment, refetches the payment (outside any transaction) and
+// applies the answer. It reports whether the list was full.
+func (s *sweeper) sweep(ctx context.Context) (full bool, err error) {
+	due, full, err := s.listDue(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("list due deferred events: %w", err)
+		return false, err
 	}
-	type due struct {
-		ID      int64
-		Key     string
-		Source  string
-		Payload []byte
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[due])
-	if err != nil {
-		return 0, fmt.Errorf("list due deferred events: %w", err)
-	}
-	byPayment := map[string][]delivery{}
+	byPayment := map[string][]dueEvent{}
 	var order []string
-	for _, d := range list {
-		env, err := envelope.DecodeRaw(d.Payload)
-		if err != nil {
-			continue // replay's business, not the sweeper's
+	for _, d := range due {
+		if byPayment[d.env.PaymentKey] == nil {
+			order = append(order, d.env.PaymentKey)
 		}
-		if byPayment[d.Key] == nil {
-			order = append(order, d.Key)
-		}
-		byPayment[d.Key] = append(byPayment[d.Key], delivery{env: env, inboxID: d.ID})
+		byPayment[d.env.PaymentKey] = append(byPayment[d.env.PaymentKey], d)
 	}
-	swept := 0
 	for _, key := range order {
-		ds := byPayment[key]
-		facts, err := p.refetch.fetch(ctx, ds[0].env.Source, ds[0].env.Event.PaymentID)
-		if err != nil {
-			ids := make([]int64, len(ds))
-			for i, d := range ds {
-				ids[i] = d.inboxID
-			}
-			// Try again after RefetchRetry.
-			if _, err := p.pool.Exec(ctx, `UPDATE inbox SET processed_at = now(), attempts = attempts + 1 WHERE id = ANY($1)`, ids); err != nil {
-				return swept, fmt.Errorf("postpone refetch: %w", err)
-			}
-			continue
+		if err := s.settle(ctx, byPayment[key]); err != nil {
+			return false, err
 		}
-		for i := range ds {
-			ds[i].refetched = facts
-		}
-		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-			env := ds[0].env
-			payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
-			b := &pgx.Batch{}
-			queueLoadPayments(b, []string{key}, payments)
-			if err := tx.SendBatch(ctx, b).Close(); err != nil {
-				return fmt.Errorf("load payment: %w", err)
-			}
-			// The swept events are decided here, not re-offered.
-			pr := payments[key]
-			pr.waiting = slices.DeleteFunc(pr.waiting, func(w waiting) bool {
-				return slices.ContainsFunc(ds, func(d delivery) bool { return d.inboxID == w.inboxID })
-			})
-			results, err := p.applier.decide(ctx, tx, ds, payments)
-			if err != nil {
-				return err
-			}
-			for _, r := range results {
-				p.metrics.events.WithLabelValues(r.source, r.outcome, r.reason).Inc()
-			}
-			return nil
-		})
-		if err != nil {
-			return swept, fmt.Errorf("apply refetched payment: %w", err)
-		}
-		swept++
 	}
-	return swept, nil
+	return full, nil
+}
+
+// listDue lists, oldest first, the partition's deferred events that wait for
+// a refetch their source can do: those awaiting_refetch never tried (the
+// worker inserts them with attempts = 1) or last tried RefetchRetry ago, and
+// those still waiting for a predecessor after DeferredWindow (at most once
+// per RefetchRetry). Events of a held payment wait for replay instead.
+func (s *sweeper) listDue(ctx context.Context) ([]dueEvent, bool, error) {
+	sources := slices.Collect(maps.Keys(s.p.refetch.sources))
+	rows, err := s.p.pool.Query(ctx, `
+		SELECT id, payload FROM inbox
+		 WHERE topic = $1 AND partition = $2 AND status = 'deferred' AND source = ANY($3) AND payload IS NOT NULL
+		   AND ((reason = $4 AND (attempts <= 1 OR processed_at < now() - $5::interval))
+		     OR (reason IS DISTINCT FROM $4 AND reason IS DISTINCT FROM $6
+		         AND received_at < now() - $7::interval AND processed_at < now() - $5::interval))
+		 ORDER BY id LIMIT $8`,
+		s.topic, s.partition, sources, reasonAwaitingRefetch, s.p.cfg.RefetchRetry, reasonPaymentHeld, s.p.cfg.DeferredWindow, sweepLimit)
+	if err != nil {
+		return nil, false, fmt.Errorf("list due deferred events: %w", err)
+	}
+	var out []dueEvent
+	var n int
+	var id int64
+	var payload []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &payload}, func() error {
+		n++
+		env, err := envelope.DecodeRaw(payload)
+		if err != nil {
+			return nil // replay's business, not the sweeper's
+		}
+		out = append(out, dueEvent{id: id, env: env})
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("list due deferred events: %w", err)
+	}
+	return out, n == sweepLimit, nil
+}
+
+// settle refetches one payment and applies the answer to its due events. A
+// failed refetch postpones them by RefetchRetry. Events another transaction
+// decided meanwhile are left as they are.
+func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
+	env := due[0].env
+	ids := make([]int64, len(due))
+	for i, d := range due {
+		ids[i] = d.id
+	}
+	facts, err := s.p.refetch.fetch(ctx, env.Source, env.Event.PaymentID)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return s.postpone(ctx, ids)
+	}
+	var results []result
+	err = pgx.BeginFunc(ctx, s.p.pool, func(tx pgx.Tx) error {
+		if err := lockPartition(ctx, tx, s.p.cfg.Group, s.topic, s.partition, s.epoch); err != nil {
+			return err
+		}
+		key := env.PaymentKey
+		payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
+		b := &pgx.Batch{}
+		queueLoadPayments(b, []string{key}, payments)
+		// Read under the payment's lock: only events still deferred are
+		// decided; the update of each is guarded by that status too.
+		still := map[int64]bool{}
+		b.Queue(`SELECT id FROM inbox WHERE id = ANY($1) AND status = 'deferred'`, ids).Query(func(rows pgx.Rows) error {
+			var id int64
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error { still[id] = true; return nil })
+			return err
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("load payment: %w", err)
+		}
+		var ds []delivery
+		for _, d := range due {
+			if still[d.id] {
+				ds = append(ds, delivery{env: d.env, inboxID: d.id, status: "deferred", refetched: facts})
+			}
+		}
+		if len(ds) == 0 {
+			return nil
+		}
+		// The swept events are decided here, not re-offered as waiting.
+		pr := payments[key]
+		pr.waiting = slices.DeleteFunc(pr.waiting, func(w waiting) bool { return still[w.inboxID] })
+		var err error
+		results, err = s.p.applier.decide(ctx, tx, ds, payments)
+		return err
+	})
+	if errors.Is(err, ErrFenced) || ctx.Err() != nil {
+		return err
+	}
+	if err != nil {
+		// The answer does not apply (yet): try again after RefetchRetry
+		// rather than on every round.
+		s.p.log.Warn("apply refetched payment failed", "partition", s.partition, "source", env.Source, "error", err)
+		return s.postpone(ctx, ids)
+	}
+	for _, r := range results {
+		s.p.metrics.events.WithLabelValues(r.source, r.outcome, r.reason).Inc()
+	}
+	return nil
+}
+
+// postpone makes the events due again after RefetchRetry. It records no
+// outcome: they stay deferred.
+func (s *sweeper) postpone(ctx context.Context, ids []int64) error {
+	if _, err := s.p.pool.Exec(ctx, `
+		UPDATE inbox SET processed_at = now(), attempts = attempts + 1
+		 WHERE id = ANY($1) AND status = 'deferred'`, ids); err != nil {
+		return fmt.Errorf("postpone refetch: %w", err)
+	}
+	return nil
+}
+
+// lockPartition locks the partition's offset row for the rest of tx and
+// fails with ErrFenced unless epoch is still the partition's owner epoch:
+// the fence every write on a partition's behalf goes through.
+func lockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, epoch int64) error {
+	var owner int64
+	err := tx.QueryRow(ctx, `
+		SELECT owner_epoch FROM consumer_offsets
+		 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w: no offset row for %s/%d", ErrFenced, topic, partition)
+	}
+	if err != nil {
+		return fmt.Errorf("lock partition offset: %w", err)
+	}
+	if owner != epoch {
+		return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
+	}
+	return nil
 }

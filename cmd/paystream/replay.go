@@ -26,7 +26,11 @@ func (c *replayCmd) Help() string {
 payment wait (deferred: payment_held) so nothing applies out of order. Once the cause is fixed (a
 driver or processor upgrade), replay releases the hold and applies the quarantined and waiting
 events, in arrival order, in one transaction — each exactly once. If an event still fails, nothing
-changes and the error says which; --skip gives up on events that can never apply.`
+changes and the error says which; --skip gives up on events that can never apply.
+
+replay runs beside the processors: it locks the payment and writes an event's outcome only if the
+event is still as it read it. If a processor decided one meanwhile, replay rolls back, says so, and
+can simply be run again.`
 }
 
 func (c *replayCmd) Run(ctx context.Context) error {
@@ -59,6 +63,9 @@ func (c *replayCmd) Run(ctx context.Context) error {
 		key = provider.PaymentKey(c.Source, c.Account, c.ID)
 	}
 	report, err := processor.Replay(ctx, pool, key, processor.ReplayOptions{Skip: c.Skip})
+	if errors.Is(err, processor.ErrOutcomeChanged) {
+		return fmt.Errorf("replay %s: nothing replayed, the processor decided one of its events meanwhile; look again (--list) and rerun: %w", key, err)
+	}
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", key, err)
 	}
