@@ -34,6 +34,10 @@ build: ## Build bin/paystream.
 test: ## Run every test (race detector, shuffled) against the local stack, started if needed.
 	@$(with_stack) $(GO) test -race -shuffle=on -timeout 20m $(PKGS)
 
+.PHONY: test-slow
+test-slow: ## Run every test plus the slow ones (a 2-minute Postgres outage) against the local stack.
+	@$(with_stack) PAYSTREAM_SLOW_TESTS=1 $(GO) test -race -shuffle=on -timeout 30m $(PKGS)
+
 .PHONY: test-short
 test-short: ## Run only the tests that need no Postgres, Kafka or Docker (integration tests skip under -short).
 	env -u PAYSTREAM_TEST_DATABASE_URL -u PAYSTREAM_TEST_KAFKA_BROKERS $(GO) test -race -shuffle=on -short $(PKGS)
@@ -73,6 +77,10 @@ clean: ## Remove build output and the dev data dir.
 .PHONY: bench-processor
 bench-processor: build ## Processor throughput (batched vs one tx per event) and peak RSS on the real stack.
 	@$(with_stack) $(GO) run ./bench/processor -binary bin/paystream $(BENCH_PROCESSOR_FLAGS)
+
+.PHONY: bench-e2e
+bench-e2e: build ## End to end: ingest, processor, sink vs a synchronous baseline, same workload (minutes; BENCH_E2E_FLAGS=-quick for a smoke run).
+	@$(with_stack) $(GO) run ./bench/e2e -binary bin/paystream -json bin/bench-e2e.json $(BENCH_E2E_FLAGS)
 
 .PHONY: bench-ingest
 bench-ingest: ## Ingest vs a bare HMAC handler on the local Kafka, then p50/p99 at 5,000 req/s (≈1.5 min).

@@ -11,20 +11,25 @@ import (
 )
 
 type metrics struct {
-	events         *prometheus.CounterVec
-	batchRecords   prometheus.Histogram
-	txSeconds      prometheus.Histogram
-	batchRetries   prometheus.Counter
-	fenced         prometheus.Counter
-	slowBatches    prometheus.Counter
-	fetchErrors    prometheus.Counter
-	refetches      *prometheus.CounterVec
-	refetchSeconds prometheus.Histogram
-	lag            *prometheus.GaugeVec
-	deferred       prometheus.Gauge
-	overdue        prometheus.Gauge
-	held           prometheus.Gauge
-	quarantined    prometheus.Gauge
+	events        *prometheus.CounterVec
+	batchRecords  prometheus.Histogram
+	txSeconds     prometheus.Histogram
+	batchRetries  prometheus.Counter
+	batchFailures *prometheus.CounterVec
+	fenced        prometheus.Counter
+	slowBatches   prometheus.Counter
+	fetchErrors   prometheus.Counter
+	// offsetCopyFailures counts partitions whose offset copy to Kafka failed.
+	offsetCopyFailures prometheus.Counter
+	// partitionEvents counts partitions assigned, revoked and lost.
+	partitionEvents *prometheus.CounterVec
+	refetches       *prometheus.CounterVec
+	refetchSeconds  prometheus.Histogram
+	lag             *prometheus.GaugeVec
+	deferred        prometheus.Gauge
+	overdue         prometheus.Gauge
+	held            prometheus.Gauge
+	quarantined     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,6 +52,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_processor_batch_retries_total",
 			Help: "Batch transactions that failed transiently and were retried.",
 		}),
+		batchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_processor_batch_failures_total",
+			Help: "Failed batch transactions, by class (contention, connection, timeout, permission, missing_object, resources, poison, other). Anything but poison stalls the partition until the batch commits.",
+		}, []string{"class"}),
 		fenced: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "paystream_processor_fenced_total",
 			Help: "Batch commits refused because a newer owner claimed the partition.",
@@ -68,9 +77,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_processor_fetch_errors_total",
 			Help: "Kafka fetch errors.",
 		}),
+		offsetCopyFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paystream_processor_offset_copy_failures_total",
+			Help: "Partitions whose stored offset could not be copied to the group's Kafka offsets (lag tools then see stale offsets until the next copy).",
+		}),
+		partitionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "paystream_processor_partition_events_total",
+			Help: "Partitions assigned to this processor, revoked from it in a rebalance, and lost (this member was evicted from the group).",
+		}, []string{"event"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "paystream_processor_lag_records",
-			Help: "Records between the partition's offset stored in Postgres and its high watermark at the last fetch.",
+			Help: "Records between the partition's offset stored in Postgres and the broker's high watermark (refreshed every offset copy interval, also while the database is down).",
 		}, []string{"partition"}),
 		deferred: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paystream_processor_deferred_events",
@@ -89,8 +106,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Inbox events quarantined and not yet replayed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.fenced, m.slowBatches,
-		m.fetchErrors, m.refetches, m.refetchSeconds, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
+	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.batchFailures, m.fenced, m.slowBatches,
+		m.fetchErrors, m.offsetCopyFailures, m.partitionEvents, m.refetches, m.refetchSeconds, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register processor metrics: %w", err)
 		}

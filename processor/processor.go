@@ -10,6 +10,10 @@
 // epoch, so a worker that lost its partition (a zombie) fails its commit
 // instead of writing. Offsets are copied to Kafka after commit only so that
 // lag tools and autoscalers can read them.
+//
+// The poll loop never waits long for a worker: one that stays behind (the
+// database is slow or down) has its partition's fetching paused, so the
+// processor keeps polling, takes part in rebalances and stays in the group.
 package processor
 
 import (
@@ -17,12 +21,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -43,12 +52,15 @@ type Config struct {
 	// BatchMaxWait is how long a worker waits to fill a batch once it has
 	// at least one record. Defaults to 20ms.
 	BatchMaxWait time.Duration
-	// MaxBufferedBatches bounds the fetched-but-unapplied record batches per
-	// partition; when it is full, polling waits, so memory does not grow
-	// with the backlog. Defaults to 4.
+	// MaxBufferedBatches bounds the fetched-but-unapplied records per
+	// partition, in batches of BatchMaxRecords; when it is full, polling
+	// waits for the worker (for at most 2 s; then fetching that partition
+	// pauses until the worker catches up), so memory does not grow with the
+	// backlog. Defaults to 4.
 	MaxBufferedBatches int
-	// OffsetCopyInterval is how often stored offsets are copied to Kafka.
-	// Defaults to 1s.
+	// OffsetCopyInterval is how often stored offsets are copied to the
+	// group's Kafka offsets (for lag tools and autoscalers) and the lag
+	// gauge is refreshed from the broker's end offsets. Defaults to 1s.
 	OffsetCopyInterval time.Duration
 	// RetryBackoffMax caps the backoff between retries of a failed batch.
 	// Defaults to 5s.
@@ -72,6 +84,21 @@ type Config struct {
 	// crashed processor) before giving its partitions to others. Defaults
 	// to 45s.
 	SessionTimeout time.Duration
+	// InstanceID makes the processor a static group member (KIP-345): a
+	// member that restarts with the same InstanceID within SessionTimeout
+	// gets its partitions back without a rebalance of the others. Each
+	// replica needs its own, stable ID (a StatefulSet pod name). Defaults
+	// to none: a dynamic member, whose restart rebalances the group.
+	InstanceID string
+	// IdleInTransactionTimeout is how long Postgres keeps a batch
+	// transaction open while its processor sends nothing (frozen, paused,
+	// cut off): then it ends the session, so the partition's next owner
+	// can claim it, and the frozen processor's commit fails when it wakes.
+	// A claim that waits longer than this for the previous owner ends that
+	// owner's session itself. Keep it well above a batch's longest pause
+	// between statements (a refetch happens before the transaction, not
+	// inside it). Negative disables both. Defaults to 5s.
+	IdleInTransactionTimeout time.Duration
 	// KafkaOpts are extra franz-go options (TLS, SASL, metrics hooks).
 	KafkaOpts []kgo.Opt
 	// Logger receives structured logs. Defaults to slog.Default().
@@ -122,6 +149,9 @@ func (c *Config) withDefaults() error {
 	if c.SessionTimeout == 0 {
 		c.SessionTimeout = 45 * time.Second
 	}
+	if c.IdleInTransactionTimeout == 0 {
+		c.IdleInTransactionTimeout = 5 * time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -134,6 +164,27 @@ func (c *Config) withDefaults() error {
 	return nil
 }
 
+const (
+	// maxPollWait bounds one poll, so the poll loop lets the group
+	// rebalance at least this often (BlockRebalanceOnPoll) however idle or
+	// paused the partitions are.
+	maxPollWait = 500 * time.Millisecond
+	// stuckAfter is how long the poll loop waits for a worker whose queue
+	// is full before it pauses that worker's partition instead; see Worker.
+	stuckAfter = 2 * time.Second
+	// offsetCopyTimeout bounds one copy of offsets to Kafka and one read of
+	// end offsets.
+	offsetCopyTimeout = 5 * time.Second
+)
+
+// MaxConns is the Postgres pool size a processor needs to own every one
+// of partitions partitions at once (the other replicas may be down): a
+// connection per partition for its worker's batch transactions and one for
+// its sweeper, plus three for claims, the metrics queries and headroom.
+func MaxConns(partitions int) int32 {
+	return int32(2*max(partitions, 1) + 3)
+}
+
 // Processor consumes the raw topic as a member of a consumer group.
 type Processor struct {
 	cfg     Config
@@ -142,10 +193,26 @@ type Processor struct {
 	metrics *metrics
 	applier *applier
 	refetch *refetcher // nil when no source refetches
+	kcl     atomic.Pointer[kgo.Client]
 
 	mu      sync.Mutex
-	workers map[int32]*Worker // by partition of cfg.Topic
-	copied  map[int32]int64   // offsets already copied to Kafka
+	workers map[int32]*Worker           // by partition of cfg.Topic
+	offsets map[int32]*partitionOffsets // by partition, while assigned
+
+	// copyMu serializes copies to Kafka, so a revoke's final copy is never
+	// overtaken by an older periodic one.
+	copyMu  sync.Mutex
+	copyNow chan struct{} // asks the copy loop for a copy now (capacity 1)
+	room    chan struct{} // a full worker's queue has room (capacity 1)
+}
+
+// partitionOffsets is what the processor knows of an assigned partition's
+// offsets. It outlives the partition's worker: a stopped or fenced worker's
+// last stored offset is still copied to Kafka.
+type partitionOffsets struct {
+	stored int64 // next offset stored in Postgres; -1 before the first
+	copied int64 // last offset copied to Kafka; -1 before the first
+	end    int64 // the broker's high watermark as last seen; -1 unknown
 }
 
 // New validates cfg and returns a Processor writing to pool.
@@ -165,9 +232,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 		pool:    pool,
 		log:     cfg.Logger,
 		metrics: m,
-		applier: &applier{now: cfg.Now},
+		applier: &applier{now: cfg.Now, idleTimeout: max(cfg.IdleInTransactionTimeout, 0)},
 		workers: map[int32]*Worker{},
-		copied:  map[int32]int64{},
+		offsets: map[int32]*partitionOffsets{},
+		copyNow: make(chan struct{}, 1),
+		room:    make(chan struct{}, 1),
 	}
 	if len(cfg.Refetch) > 0 {
 		p.refetch = newRefetcher(cfg.Refetch, cfg.HTTPClient, cfg.Logger, m)
@@ -191,18 +260,22 @@ func (p *Processor) Run(ctx context.Context) error {
 		// must fail loudly, never silently skip or replay.
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 		kgo.AdjustFetchOffsetsFn(p.assign),
-		kgo.OnPartitionsRevoked(p.revoke),
-		kgo.OnPartitionsLost(p.revoke),
+		kgo.OnPartitionsRevoked(p.revoked),
+		kgo.OnPartitionsLost(p.lost),
 		// Bounded buffering: one fetch in flight, a few MiB each, so memory
 		// does not grow with the backlog (see MaxBufferedBatches).
 		kgo.FetchMaxBytes(4 << 20),
 		kgo.FetchMaxPartitionBytes(1 << 20),
 		kgo.MaxConcurrentFetches(1),
 	}, p.cfg.KafkaOpts...)
+	if p.cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
+	p.kcl.Store(cl)
 	p.log.Info("processor started", "topic", p.cfg.Topic, "group", p.cfg.Group)
 
 	copyCtx, stopCopy := context.WithCancel(context.Background())
@@ -212,14 +285,24 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.copyOffsetsLoop(copyCtx, cl)
 	}()
 	go p.metrics.observeLoop(copyCtx, p.pool, p.cfg.DeferredWindow)
-	go p.sweepLoop(copyCtx)
 
 	for {
-		fetches := cl.PollRecords(ctx, p.cfg.BatchMaxRecords*p.cfg.MaxBufferedBatches)
+		if p.waitForRoom(ctx) {
+			cl.AllowRebalance()
+			continue
+		}
+		// A bounded wait, so that AllowRebalance runs at least every
+		// maxPollWait even when every partition is paused or idle.
+		pollCtx, cancelPoll := context.WithTimeout(ctx, maxPollWait)
+		fetches := cl.PollRecords(pollCtx, p.cfg.BatchMaxRecords*p.cfg.MaxBufferedBatches)
+		cancelPoll()
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			break
 		}
 		fetches.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return // the bounded wait ended
+			}
 			p.log.Error("fetch failed", "topic", topic, "partition", partition, "error", err)
 			p.metrics.fetchErrors.Inc()
 		})
@@ -229,20 +312,26 @@ func (p *Processor) Run(ctx context.Context) error {
 			}
 			p.mu.Lock()
 			w := p.workers[ftp.Partition]
+			if o := p.offsets[ftp.Partition]; o != nil {
+				o.end = max(o.end, ftp.HighWatermark)
+			}
 			p.mu.Unlock()
 			if w == nil {
 				return // not ours any more; the new owner resumes from Postgres
 			}
-			w.highWatermark.Store(ftp.HighWatermark)
-			w.enqueue(ctx, ftp.Records)
+			w.enqueue(ftp.Records) // never waits; see waitForRoom
 		})
 		cl.AllowRebalance()
 	}
 
-	p.stopWorkers(p.allPartitions())
 	stopCopy()
 	<-copyDone
-	p.copyOffsets(context.Background(), cl)
+	p.stopWorkers(p.allPartitions())
+	// The last copy happens before leaving the group, while the group still
+	// accepts our commits.
+	copyCtx, cancelCopy := context.WithTimeout(context.Background(), offsetCopyTimeout)
+	p.copyOffsets(copyCtx, cl, nil)
+	cancelCopy()
 	// Leaving the group revokes our partitions, which BlockRebalanceOnPoll
 	// holds back until the poll loop allows it.
 	cl.AllowRebalance()
@@ -260,19 +349,11 @@ func (p *Processor) assign(ctx context.Context, offsets map[string]map[int32]kgo
 			continue
 		}
 		for partition := range parts {
-			var epoch, next int64
-			var fresh bool
-			err := retry(ctx, p.cfg.RetryBackoffMax, func() error {
-				var err error
-				epoch, next, fresh, err = claim(ctx, p.pool, p.cfg.Group, topic, partition)
-				if err != nil {
-					p.log.Warn("claim partition failed, retrying", "partition", partition, "error", err)
-				}
-				return err
-			})
+			c, err := p.claimPartition(ctx, topic, partition)
 			if err != nil {
 				return nil, err
 			}
+			epoch, next, fresh := c.epoch, c.next, c.fresh
 			if fresh {
 				parts[partition] = kgo.NewOffset().AtStart()
 			} else {
@@ -286,19 +367,152 @@ func (p *Processor) assign(ctx context.Context, offsets map[string]map[int32]kgo
 				p.mu.Lock()
 			}
 			p.workers[partition] = w
+			// Seeded from the claim: after a restart with nothing new to
+			// consume, the stored offset is still copied to Kafka.
+			stored := next
+			if fresh {
+				stored = -1
+			}
+			p.offsets[partition] = &partitionOffsets{stored: stored, copied: -1, end: -1}
 			p.mu.Unlock()
 			go w.run()
+			p.metrics.partitionEvents.WithLabelValues("assigned").Inc()
 			p.log.Info("partition assigned", "partition", partition, "epoch", epoch, "resume_offset", next, "fresh", fresh)
 		}
+	}
+	select {
+	case p.copyNow <- struct{}{}:
+	default:
 	}
 	return offsets, nil
 }
 
-// revoke stops the workers of revoked or lost partitions: each finishes the
-// batch it is committing (or abandons it, if the commit is fenced) and drops
-// what it had buffered; the next owner resumes from the stored offset.
-func (p *Processor) revoke(_ context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	p.stopWorkers(revoked[p.cfg.Topic])
+// revoked stops the workers of partitions the group is taking away: each
+// finishes the batch it is committing (or abandons it, if the commit is
+// fenced) and drops what it had buffered; the next owner resumes from the
+// stored offset. Their stored offsets are copied to Kafka one last time
+// before the partitions are given up.
+func (p *Processor) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	partitions := revoked[p.cfg.Topic]
+	p.stopWorkers(partitions)
+	ctx, cancel := context.WithTimeout(ctx, offsetCopyTimeout)
+	p.copyOffsets(ctx, cl, partitions)
+	cancel()
+	p.release(cl, partitions, "revoked")
+}
+
+// lost stops the workers of partitions the group gave to others without a
+// revoke (this member was evicted): no offset is copied, the group no
+// longer takes our commits.
+func (p *Processor) lost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	partitions := lost[p.cfg.Topic]
+	p.stopWorkers(partitions)
+	p.copyMu.Lock() // no periodic copy of these partitions is in flight after this
+	p.release(cl, partitions, "lost")
+	p.copyMu.Unlock()
+}
+
+// release forgets partitions whose workers are stopped and resumes their
+// fetching, in case a full or fenced worker paused it: pausing outlives an
+// assignment, and the partition may come back.
+func (p *Processor) release(cl *kgo.Client, partitions []int32, event string) {
+	p.mu.Lock()
+	for _, partition := range partitions {
+		delete(p.offsets, partition)
+		p.metrics.lag.DeleteLabelValues(partitionLabel(partition))
+	}
+	p.mu.Unlock()
+	if len(partitions) > 0 {
+		cl.ResumeFetchPartitions(map[string][]int32{p.cfg.Topic: partitions})
+		p.metrics.partitionEvents.WithLabelValues(event).Add(float64(len(partitions)))
+	}
+}
+
+// fenced takes a fenced worker out of the worker set at once: a newer owner
+// claimed its partition in Postgres, so fetching it stops (records already
+// fetched are dropped; a later assignment resumes from the stored offset)
+// and its offsets are no longer copied. Kafka revokes the partition later.
+func (p *Processor) fenced(w *Worker) {
+	p.mu.Lock()
+	if p.workers[w.partition] != w {
+		p.mu.Unlock()
+		return
+	}
+	delete(p.workers, w.partition)
+	delete(p.offsets, w.partition)
+	p.metrics.lag.DeleteLabelValues(partitionLabel(w.partition))
+	p.mu.Unlock()
+	p.pauseFetch(w.partition)
+}
+
+// stored records the offset a worker's commit stored in Postgres and
+// updates the partition's lag.
+func (p *Processor) stored(partition int32, next int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.offsets[partition]
+	if o == nil {
+		return
+	}
+	o.stored = max(o.stored, next)
+	p.setLag(partition, o)
+}
+
+// setLag sets the lag gauge of an assigned partition: the records between
+// the offset stored in Postgres, the one that counts, and the high
+// watermark. p.mu must be held.
+func (p *Processor) setLag(partition int32, o *partitionOffsets) {
+	if o.end < 0 {
+		return
+	}
+	p.metrics.lag.WithLabelValues(partitionLabel(partition)).Set(float64(max(o.end-max(o.stored, 0), 0)))
+}
+
+// waitForRoom is the poll loop's backpressure: while a worker's queue is
+// full (and not yet stuck, see Worker.full) it waits, for at most
+// maxPollWait, for room, and reports true; otherwise it reports false at
+// once and the loop polls.
+func (p *Processor) waitForRoom(ctx context.Context) bool {
+	p.mu.Lock()
+	workers := slices.Collect(maps.Values(p.workers))
+	p.mu.Unlock()
+	full := false
+	for _, w := range workers {
+		full = w.full(stuckAfter) || full
+	}
+	if !full {
+		return false
+	}
+	t := time.NewTimer(maxPollWait)
+	defer t.Stop()
+	select {
+	case <-p.room:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return true
+}
+
+// roomMade wakes the poll loop waiting in waitForRoom.
+func (p *Processor) roomMade() {
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
+}
+
+// pauseFetch stops fetching partition; see Worker.
+func (p *Processor) pauseFetch(partition int32) {
+	if cl := p.kcl.Load(); cl != nil {
+		cl.PauseFetchPartitions(map[string][]int32{p.cfg.Topic: {partition}})
+	}
+}
+
+// resumeFetch undoes pauseFetch.
+func (p *Processor) resumeFetch(partition int32) {
+	if cl := p.kcl.Load(); cl != nil {
+		cl.ResumeFetchPartitions(map[string][]int32{p.cfg.Topic: {partition}})
+	}
 }
 
 func (p *Processor) stopWorkers(partitions []int32) {
@@ -331,8 +545,10 @@ func (p *Processor) allPartitions() []int32 {
 	return out
 }
 
-// copyOffsetsLoop copies stored offsets to Kafka every OffsetCopyInterval.
+// copyOffsetsLoop copies stored offsets to Kafka and refreshes the lag
+// gauge every OffsetCopyInterval, and copies right after an assignment.
 func (p *Processor) copyOffsetsLoop(ctx context.Context, cl *kgo.Client) {
+	adm := kadm.NewClient(cl)
 	t := time.NewTicker(p.cfg.OffsetCopyInterval)
 	defer t.Stop()
 	for {
@@ -340,52 +556,100 @@ func (p *Processor) copyOffsetsLoop(ctx context.Context, cl *kgo.Client) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			p.copyOffsets(ctx, cl)
+			p.refreshLag(ctx, adm)
+		case <-p.copyNow:
 		}
+		cctx, cancel := context.WithTimeout(ctx, offsetCopyTimeout)
+		p.copyOffsets(cctx, cl, nil)
+		cancel()
 	}
 }
 
-func (p *Processor) copyOffsets(ctx context.Context, cl *kgo.Client) {
+// refreshLag reads the topic's end offsets from the broker, so the lag
+// gauge keeps moving while nothing commits (the database is down) and
+// nothing is fetched (the partition is paused).
+func (p *Processor) refreshLag(ctx context.Context, adm *kadm.Client) {
+	ctx, cancel := context.WithTimeout(ctx, offsetCopyTimeout)
+	defer cancel()
+	ends, err := adm.ListEndOffsets(ctx, p.cfg.Topic)
+	if err != nil {
+		if ctx.Err() == nil {
+			p.log.Warn("list end offsets for lag failed", "topic", p.cfg.Topic, "error", err)
+		}
+		return
+	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	ends.Each(func(lo kadm.ListedOffset) {
+		if o := p.offsets[lo.Partition]; o != nil && lo.Err == nil {
+			o.end = max(o.end, lo.Offset)
+			p.setLag(lo.Partition, o)
+		}
+	})
+}
+
+// copyOffsets copies the stored offsets of partitions (nil: every assigned
+// partition) that changed since their last copy to the group's Kafka
+// offsets, and waits for the broker's answer. A partition whose copy failed
+// (the request, or its own error code in the response) is retried at the
+// next copy.
+func (p *Processor) copyOffsets(ctx context.Context, cl *kgo.Client, partitions []int32) {
+	p.copyMu.Lock()
+	defer p.copyMu.Unlock()
 	todo := map[int32]kgo.EpochOffset{}
-	for partition, w := range p.workers {
-		if next := w.next.Load(); next > 0 && next != p.copied[partition] {
-			todo[partition] = kgo.EpochOffset{Epoch: -1, Offset: next}
+	p.mu.Lock()
+	for partition, o := range p.offsets {
+		if partitions != nil && !slices.Contains(partitions, partition) {
+			continue
+		}
+		if o.stored >= 0 && o.stored != o.copied {
+			todo[partition] = kgo.EpochOffset{Epoch: -1, Offset: o.stored}
 		}
 	}
 	p.mu.Unlock()
 	if len(todo) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cl.CommitOffsets(ctx, map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: todo}, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
-		if err != nil {
-			p.log.Debug("copy offsets to kafka failed", "error", err)
-			return
+	var failed int
+	var firstErr error
+	fail := func(n int, err error) {
+		failed += n
+		if firstErr == nil {
+			firstErr = err
 		}
-		p.mu.Lock()
-		for partition, eo := range todo {
-			p.copied[partition] = eo.Offset
-		}
-		p.mu.Unlock()
-	})
-}
-
-// retry runs fn until it succeeds or ctx ends, backing off exponentially up
-// to maxBackoff.
-func retry(ctx context.Context, maxBackoff time.Duration, fn func() error) error {
-	backoff := 50 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return errors.Join(ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, maxBackoff)
+	}
+	cl.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{p.cfg.Topic: todo},
+		func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
+			if err != nil {
+				fail(len(todo), err)
+				return
+			}
+			answered := 0
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			for _, t := range resp.Topics {
+				for _, rp := range t.Partitions {
+					eo, asked := todo[rp.Partition]
+					if t.Topic != p.cfg.Topic || !asked {
+						continue
+					}
+					answered++
+					if err := kerr.ErrorForCode(rp.ErrorCode); err != nil {
+						fail(1, fmt.Errorf("partition %d: %w", rp.Partition, err))
+						continue
+					}
+					if o := p.offsets[rp.Partition]; o != nil {
+						o.copied = eo.Offset
+					}
+				}
+			}
+			if answered < len(todo) {
+				fail(len(todo)-answered, errors.New("partitions missing from the response"))
+			}
+		})
+	if failed > 0 {
+		p.metrics.offsetCopyFailures.Add(float64(failed))
+		p.log.Warn("copy offsets to kafka failed; lag tools see stale offsets until the next copy",
+			"partitions", failed, "error", firstErr)
 	}
 }

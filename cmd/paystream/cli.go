@@ -65,16 +65,40 @@ type dbFlags struct {
 }
 
 func (d dbFlags) pool(ctx context.Context) (*pgxpool.Pool, error) {
-	if d.DatabaseURL == "" {
-		return nil, errors.New("no database: set --database-url or PAYSTREAM_DATABASE_URL")
+	if err := d.required(); err != nil {
+		return nil, err
 	}
 	return openPool(ctx, d.DatabaseURL)
 }
 
-func openPool(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// required fails when no database is configured.
+func (d dbFlags) required() error {
+	if d.DatabaseURL == "" {
+		return errors.New("no database: set --database-url or PAYSTREAM_DATABASE_URL")
+	}
+	return nil
+}
+
+// sizedPool is pool with at most maxConns connections, unless the URL sets
+// pool_max_conns itself (maxConns 0: pgx's default).
+func (d dbFlags) sizedPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+	if err := d.required(); err != nil {
+		return nil, err
+	}
+	return openPool(ctx, d.DatabaseURL, func(cfg *pgxpool.Config) {
+		if maxConns > 0 && !strings.Contains(d.DatabaseURL, "pool_max_conns") {
+			cfg.MaxConns = maxConns
+		}
+	})
+}
+
+func openPool(ctx context.Context, url string, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err) // pgx redacts the password
+	}
+	for _, opt := range opts {
+		opt(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -183,7 +183,7 @@ func TestMissingConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Unroutable addresses: reaching them would hang, not fail.
-	broker := "--kafka-brokers=192.0.2.1:9092"
+	broker := "--kafka-brokers=127.0.0.1:1"
 	cases := []struct {
 		args []string
 		want []string
@@ -244,14 +244,14 @@ func TestBadSourcesFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("sources:\n  - name: acme\n    driver: stripe2\n    secrets: [\""+secret+"\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := paystream(t, nil, "ingest", "--kafka-brokers=192.0.2.1:9092", "--sources", path)
+	r := paystream(t, nil, "ingest", "--kafka-brokers=127.0.0.1:1", "--sources", path)
 	if r.code == 0 || !strings.Contains(r.stderr, `source "acme"`) || !strings.Contains(r.stderr, "stripe2") {
 		t.Errorf("exit %d, stderr %q; want a failure naming source acme and driver stripe2", r.code, r.stderr)
 	}
 	if strings.Contains(r.stderr+r.stdout, strings.TrimPrefix(secret, "whsec_")) {
 		t.Errorf("output contains the secret: %q", r.stderr)
 	}
-	if r := paystream(t, nil, "ingest", "--kafka-brokers=192.0.2.1:9092", "--sources", path+".missing"); r.code == 0 ||
+	if r := paystream(t, nil, "ingest", "--kafka-brokers=127.0.0.1:1", "--sources", path+".missing"); r.code == 0 ||
 		!strings.Contains(r.stderr, "sources.yaml.missing") {
 		t.Errorf("missing sources file: exit %d, stderr %q; want a failure naming it", r.code, r.stderr)
 	}

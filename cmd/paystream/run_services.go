@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/provider/drivers"
 	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/internal/topics"
 	"github.com/paystream/paystream/processor"
 	"github.com/paystream/paystream/sink"
 )
@@ -26,22 +29,26 @@ var topicVars = map[string]string{
 }
 
 type ingestFlags struct {
-	HTTPAddr       string        `help:"Address the webhook endpoint listens on." default:"127.0.0.1:8080" env:"PAYSTREAM_HTTP_ADDR"`
-	Sources        string        `help:"Path of the sources file (YAML) listing the gateways allowed to post." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
-	ProduceTimeout time.Duration `help:"How long a request waits for the broker's ack before answering 503." default:"5s" env:"PAYSTREAM_PRODUCE_TIMEOUT"`
+	HTTPAddr             string        `help:"Address the webhook endpoint listens on." default:"127.0.0.1:8080" env:"PAYSTREAM_HTTP_ADDR"`
+	Sources              string        `help:"Path of the sources file (YAML) listing the gateways allowed to post." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
+	ProduceTimeout       time.Duration `help:"How long a request waits for the broker's ack before answering 503." default:"5s" env:"PAYSTREAM_PRODUCE_TIMEOUT"`
+	MaxInFlight          int           `help:"Most webhook requests handled at once; more are answered 503 with Retry-After." default:"2048" env:"PAYSTREAM_MAX_IN_FLIGHT"`
+	MaxBufferedBodyBytes int64         `help:"Most body bytes the requests in flight may hold together (each counted at its Content-Length, or its source's max_body_bytes without one); a request that would pass it is answered 503 with Retry-After." default:"268435456" env:"PAYSTREAM_MAX_BUFFERED_BODY_BYTES"`
 }
 
 type ingestCmd struct {
 	kafkaFlags
 	topicFlags
 	ingestFlags
+	MetricsAddr string `help:"Serve /metrics (and /healthz, /debug/pprof/) on this address instead of next to the webhooks (empty: next to the webhooks)." env:"PAYSTREAM_METRICS_ADDR"`
 }
 
 func (c *ingestCmd) Help() string {
 	return `POST /webhooks/{source} answers 200 {"received":true} only after the broker acknowledged the
 event (acks=all, idempotent producer); 401 when the signature is missing or wrong, 404 for an
 unknown source, 413 over the body limit, 503 with Retry-After when the broker cannot take it.
-Also serves GET /healthz, /readyz and /metrics.`
+503 also when --max-in-flight requests or --max-buffered-body-bytes are already in flight.
+Also serves GET /healthz, /readyz and /metrics (on --metrics-addr instead when set).`
 }
 
 func (c *ingestCmd) Run(ctx context.Context, e *env) error {
@@ -53,10 +60,16 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources)
+	if err := serveMetrics(ctx, e, c.MetricsAddr); err != nil {
+		return err
+	}
+	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
+		cfg.OmitMetrics = c.MetricsAddr != ""
+	})
 	if err != nil {
 		return err
 	}
+	warnSmallTopics(ctx, e, brokers, srv.MaxRecordBytes(), c.RawTopic, c.DLQTopic)
 	return srv.Run(ctx)
 }
 
@@ -67,18 +80,46 @@ func loadSources(path string) (map[string]*source.Source, error) {
 	return source.Load(path, drivers.Factories())
 }
 
-func newIngest(e *env, brokers []string, t topicFlags, f ingestFlags, sources map[string]*source.Source) (*ingest.Server, error) {
-	return ingest.New(ingest.Config{
-		Addr:           f.HTTPAddr,
-		Sources:        sources,
-		Brokers:        brokers,
-		Topic:          t.RawTopic,
-		DLQTopic:       t.DLQTopic,
-		ProduceTimeout: f.ProduceTimeout,
-		Logger:         e.log.With("component", "ingest"),
-		Registerer:     e.reg,
-		Gatherer:       e.reg,
-	})
+func newIngest(e *env, brokers []string, t topicFlags, f ingestFlags, sources map[string]*source.Source, opts ...func(*ingest.Config)) (*ingest.Server, error) {
+	cfg := ingest.Config{
+		Addr:                 f.HTTPAddr,
+		Sources:              sources,
+		Brokers:              brokers,
+		Topic:                t.RawTopic,
+		DLQTopic:             t.DLQTopic,
+		ProduceTimeout:       f.ProduceTimeout,
+		MaxInFlight:          f.MaxInFlight,
+		MaxBufferedBodyBytes: f.MaxBufferedBodyBytes,
+		Logger:               e.log.With("component", "ingest"),
+		Registerer:           e.reg,
+		Gatherer:             e.reg,
+	}
+	for _, opt := range opts {
+		opt(&cfg)
+	}
+	return ingest.New(cfg)
+}
+
+// warnSmallTopics warns when a topic's max.message.bytes is below ingest's
+// largest record: its largest webhooks would be answered 503 forever.
+func warnSmallTopics(ctx context.Context, e *env, brokers []string, need int32, names ...string) {
+	adm, closeAdm, err := newAdmin(brokers)
+	if err != nil {
+		return
+	}
+	defer closeAdm()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	for _, topic := range names {
+		have, err := topics.MaxMessageBytes(ctx, adm, topic)
+		switch {
+		case err != nil:
+			e.log.Warn("could not check the topic's max.message.bytes", "topic", topic, "error", err)
+		case have < need:
+			e.log.Warn("topic's max.message.bytes is below ingest's largest record: the largest webhooks will be answered 503; run paystream migrate --sources",
+				"topic", topic, "max_message_bytes", have, "need", need)
+		}
+	}
 }
 
 type processorFlags struct {
@@ -87,6 +128,28 @@ type processorFlags struct {
 	BatchMaxWait    time.Duration `help:"How long to wait to fill a batch." default:"20ms" env:"PAYSTREAM_BATCH_MAX_WAIT"`
 	DeferredWindow  time.Duration `help:"How long an event may wait for its predecessor before it is overdue (refetched or surfaced for review)." default:"1h" env:"PAYSTREAM_DEFERRED_WINDOW"`
 	SessionTimeout  time.Duration `help:"How long the group waits for a silent (crashed) member before reassigning its partitions." default:"45s" env:"PAYSTREAM_SESSION_TIMEOUT"`
+	InstanceID      string        `help:"Static group member id, stable across restarts and unique per replica (e.g. the pod name): a restart within --session-timeout keeps the partitions without rebalancing the others. Empty: a dynamic member." env:"PAYSTREAM_INSTANCE_ID"`
+	DBMaxConns      int32         `help:"Most Postgres connections (0: 2 per raw topic partition + 3, enough to own every partition; pool_max_conns in the URL wins over the default)." default:"0" env:"PAYSTREAM_DB_MAX_CONNS"`
+}
+
+// topicPartitions returns the number of partitions of topic.
+func topicPartitions(ctx context.Context, brokers []string, topic string) (int, error) {
+	adm, closeAdm, err := newAdmin(brokers)
+	if err != nil {
+		return 0, err
+	}
+	defer closeAdm()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	md, err := adm.Metadata(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("read partitions of %s: %w", topic, err)
+	}
+	td, ok := md.Topics[topic]
+	if !ok || td.Err != nil {
+		return 0, fmt.Errorf("read partitions of %s: %w (run paystream migrate)", topic, cmp.Or(td.Err, errors.New("no such topic")))
+	}
+	return len(td.Partitions), nil
 }
 
 type processorCmd struct {
@@ -109,12 +172,27 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	pool, err := c.pool(ctx)
+	// Every missing setting is reported before anything is dialed.
+	if err := c.dbFlags.required(); err != nil {
+		return err
+	}
+	maxConns := c.DBMaxConns
+	if maxConns == 0 {
+		partitions, err := topicPartitions(ctx, brokers, c.RawTopic)
+		if err != nil {
+			return err
+		}
+		maxConns = processor.MaxConns(partitions)
+	}
+	pool, err := c.sizedPool(ctx, maxConns)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	if err := serveMetrics(ctx, e, c.MetricsAddr); err != nil {
+		return err
+	}
+	if err := checkRawPartitions(ctx, e, brokers, pool, c.RawTopic); err != nil {
 		return err
 	}
 	var refetch map[string]*source.RefetchConfig
@@ -133,6 +211,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		BatchMaxRecords: c.BatchMaxRecords,
 		BatchMaxWait:    c.BatchMaxWait,
 		SessionTimeout:  c.SessionTimeout,
+		InstanceID:      c.InstanceID,
 		DeferredWindow:  c.DeferredWindow,
 		Logger:          e.log.With("component", "processor"),
 		Registerer:      e.reg,
