@@ -1,0 +1,238 @@
+// Command bench-e2e measures paystream end to end against the design most
+// teams write, on the same machine, with the same workload, in the same
+// run. `make bench-e2e` runs it on the local stack (deploy/stack.sh).
+//
+//	go run ./bench/e2e [-quick] [-deliveries 60000] [-repeats 0.2] [-body 1024] [-c 64] [-json out.json]
+//
+// # What runs
+//
+// paystream: `bin/paystream ingest`, `processor` and `sink`, each its own
+// process, against the stack's Kafka and Postgres, with a fresh schema and
+// fresh raw, state and DLQ topics, created by `paystream migrate`.
+//
+// The synchronous baseline: this program's `baseline` subcommand, also its
+// own process, with its own schema. Per webhook it verifies the Standard
+// Webhooks signature and then, in the request's own Postgres transaction,
+// inserts the event or ignores it (its unique key is the deduplication),
+// locks the payment row (SELECT … FOR UPDATE, inserting it first if new),
+// runs payment.Machine, writes the ledger postings, commits and answers.
+// It uses paystream's standardwebhooks driver and state machine, so the
+// payload convention and the status rules are identical; only the
+// architecture differs.
+//
+// # Workload
+//
+// internal/loadgen's Lifecycle, one schedule sent to both over 64
+// keep-alive connections as fast as they answer: payments going created →
+// paid → refunded → a late created (a second creation event, ignored as
+// stale), bodies padded to about 1 KB, 20 % of the deliveries repeating a
+// recent event. The defaults are 60,000 deliveries, so 48,000 distinct
+// events and 12,000 payments; -quick is a tenth of that.
+//
+// # What is measured
+//
+//   - accepted/s: 2xx answers per second of the load (first request to
+//     last answer); accept p50/p99: each request's time to its answer.
+//   - end-to-end deliveries/s: deliveries over the time from the first
+//     request to the last delivery recorded in Postgres. For paystream that
+//     is when the processor's committed offsets (which move in the same
+//     transaction as the inbox rows) reach the raw topic's end; for the
+//     baseline, the last answer, since it answers after its commit.
+//   - accepted→published p50/p99: from a webhook's first 2xx answer to the
+//     arrival, on the state topic, of the state event it caused (matched by
+//     the event's source_event_id and checked against its payment key).
+//     The late created and the repeats cause none. For the baseline,
+//     "published" means committed, which happens before the answer: 0.
+//   - CPU µs per delivery of each process, from /proc/<pid>/stat
+//     (utime+stime) deltas over the run (the pipeline's run ends when the
+//     last state event arrived): ingest, processor, sink or the baseline,
+//     the Kafka broker (the stack's pid file, or -broker-pid), and
+//     Postgres (the postmaster, found as the parent of the bench's own
+//     backend, plus its children, plus the children it reaped).
+//   - WAL bytes per delivery: pg_current_wal_lsn() before and after.
+//
+// The broker and Postgres are shared: their CPU and the WAL include
+// whatever else runs on them meanwhile (other tests, autovacuum). Run on a
+// quiet machine for numbers to publish. The program asserts nothing; it
+// reports, and checks that every payment ended refunded.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/paystream/paystream/internal/loadgen"
+)
+
+// sourcesYAML is the one source both targets accept.
+const sourcesYAML = `
+sources:
+  - name: bench
+    driver: standardwebhooks
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+`
+
+type options struct {
+	binary        string
+	deliveries    int
+	repeats       float64
+	bodyBytes     int
+	concurrency   int
+	partitions    int
+	baselineConns int
+	brokerPID     int
+	quick         bool
+	keep          bool
+	jsonPath      string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "baseline" {
+		if err := runBaseline(os.Args[2:]); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-e2e baseline:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	var o options
+	flag.StringVar(&o.binary, "binary", "bin/paystream", "paystream binary to run as ingest, processor and sink")
+	flag.IntVar(&o.deliveries, "deliveries", 60_000, "webhook deliveries, repeats included")
+	flag.Float64Var(&o.repeats, "repeats", 0.20, "fraction of the deliveries that repeat an event already delivered")
+	flag.IntVar(&o.bodyBytes, "body", 1024, "approximate body size in bytes")
+	flag.IntVar(&o.concurrency, "c", 64, "load generator connections")
+	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the raw and state topics")
+	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
+	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
+	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries")
+	flag.BoolVar(&o.keep, "keep", false, "keep the schemas after the run (topics are always deleted)")
+	flag.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-e2e:", err)
+		os.Exit(1)
+	}
+}
+
+// bench is what both runs share.
+type bench struct {
+	options
+	self          string // this program, run as the baseline
+	dbURL         string
+	brokers       []string
+	admin         *pgx.Conn // schemas, WAL positions, checks
+	postmasterPID int
+	sourcesPath   string
+	workload      *loadgen.Lifecycle
+}
+
+func run(ctx context.Context, o options) error {
+	dbURL, brokers := os.Getenv("PAYSTREAM_TEST_DATABASE_URL"), os.Getenv("PAYSTREAM_TEST_KAFKA_BROKERS")
+	if dbURL == "" || brokers == "" {
+		return errors.New(`set PAYSTREAM_TEST_DATABASE_URL and PAYSTREAM_TEST_KAFKA_BROKERS (make bench-e2e does; or eval "$(deploy/stack.sh env)")`)
+	}
+	if o.quick {
+		o.deliveries /= 10
+	}
+	unique := int(float64(o.deliveries) * (1 - o.repeats))
+	payments := unique / loadgen.LifecycleSteps
+	if payments <= 0 {
+		return fmt.Errorf("-deliveries %d with -repeats %v leaves no payment", o.deliveries, o.repeats)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own executable: %w", err)
+	}
+	if _, err := os.Stat(o.binary); err != nil {
+		return fmt.Errorf("paystream binary: %w (make build)", err)
+	}
+	tmp, err := os.MkdirTemp("", "bench-e2e-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }()
+	sourcesPath, err := writeSources(tmp)
+	if err != nil {
+		return err
+	}
+	lsrcs, err := loadgen.ParseSources([]byte(sourcesYAML))
+	if err != nil {
+		return err
+	}
+	suffix := randomHex(3)
+	builder, err := loadgen.NewBuilder(lsrcs[0], suffix, 1)
+	if err != nil {
+		return err
+	}
+	workload, err := loadgen.NewLifecycle(loadgen.LifecycleConfig{Builder: builder, Payments: payments, Repeats: o.repeats, BodyBytes: o.bodyBytes})
+	if err != nil {
+		return err
+	}
+	admin, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	defer func() { _ = admin.Close(context.Background()) }()
+	pm, err := postmasterPID(ctx, admin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-e2e: Postgres CPU not reported:", err)
+	}
+	b := &bench{options: o, self: self, dbURL: dbURL, brokers: strings.Split(brokers, ","), admin: admin,
+		postmasterPID: pm, sourcesPath: sourcesPath, workload: workload}
+
+	machine := describeMachine()
+	kind := "full run"
+	if o.quick {
+		kind = "smoke run (-quick)"
+	}
+	fmt.Printf("bench-e2e %s: %d deliveries (%d repeats) of %d events, %d payments created → paid → refunded → late created, ~%d B bodies, %d connections\n",
+		kind, workload.Len(), workload.Len()-payments*loadgen.LifecycleSteps, payments*loadgen.LifecycleSteps, payments, o.bodyBytes, o.concurrency)
+	fmt.Printf("machine: %d CPUs (%s), load average %s, commit %s, %s\n\n", machine.CPUs, machine.CPU, machine.LoadAvg, machine.Commit, runtime.Version())
+
+	pipe, err := b.runPipeline(ctx, suffix)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	base, err := b.runBaseline(ctx, suffix)
+	if err != nil {
+		return fmt.Errorf("baseline: %w", err)
+	}
+	rep := report{Kind: kind, Machine: machine, Workload: workloadInfo{
+		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments,
+		BodyBytes: o.bodyBytes, Connections: o.concurrency, Partitions: o.partitions, BaselineConns: o.baselineConns,
+	}, Paystream: pipe, Baseline: base}
+	fmt.Println()
+	fmt.Print(rep.markdown())
+	if o.jsonPath != "" {
+		if err := rep.writeJSON(o.jsonPath); err != nil {
+			return err
+		}
+		fmt.Printf("\nJSON written to %s\n", o.jsonPath)
+	}
+	return nil
+}
+
+// progress prints the load's progress on one line of stderr.
+func progress(name string, total int) func(loadgen.Snapshot) {
+	return func(s loadgen.Snapshot) {
+		fmt.Fprintf(os.Stderr, "\r   %-9s %6d/%d sent  %6.0f req/s  p99 %-8s errors %d   ", name, s.Sent, total, s.RPS, loadgen.FormatDuration(s.P99), s.Errors)
+		if s.Final {
+			fmt.Fprintln(os.Stderr)
+		}
+	}
+}
+
+// timeout bounds the waits after the load: generous, to catch a hang.
+const timeout = 10 * time.Minute

@@ -1,0 +1,200 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// clockTick is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
+const clockTick = time.Second / 100
+
+// procTimes reads /proc/<pid>/stat: the process's own CPU time
+// (utime+stime), the CPU time of its children it has reaped
+// (cutime+cstime), and its parent's pid.
+func procTimes(pid int) (own, reaped time.Duration, ppid int, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	// The command name (field 2) may hold spaces: count after its ')'.
+	// Then: 3 state, 4 ppid, … 14 utime, 15 stime, 16 cutime, 17 cstime.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	f := strings.Fields(string(b)[i+1:])
+	if len(f) < 15 {
+		return 0, 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	n := func(k int) int64 { v, _ := strconv.ParseInt(f[k], 10, 64); return v }
+	ppid = int(n(1))
+	own = time.Duration(n(11)+n(12)) * clockTick
+	reaped = time.Duration(n(13)+n(14)) * clockTick
+	return own, reaped, ppid, nil
+}
+
+// processCPU returns the CPU time pid has used so far, 0 when it is gone.
+func processCPU(pid int) time.Duration {
+	own, _, _, err := procTimes(pid)
+	if err != nil {
+		return 0
+	}
+	return own
+}
+
+// treeCPU returns the CPU time used so far by root and its direct
+// children: Postgres's postmaster and its backends and auxiliary
+// processes. Children that exited are in the postmaster's reaped time, so
+// a backend that ends between two samples is still counted.
+func treeCPU(root int) time.Duration {
+	own, reaped, _, err := procTimes(root)
+	if err != nil {
+		return 0
+	}
+	total := own + reaped
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return total
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == root {
+			continue
+		}
+		if own, _, ppid, err := procTimes(pid); err == nil && ppid == root {
+			total += own
+		}
+	}
+	return total
+}
+
+// meter samples the CPU time of named processes.
+type meter struct {
+	names []string
+	read  map[string]func() time.Duration
+}
+
+func (m *meter) add(name string, read func() time.Duration) {
+	if m.read == nil {
+		m.read = map[string]func() time.Duration{}
+	}
+	m.names = append(m.names, name)
+	m.read[name] = read
+}
+
+// sample returns each process's CPU time so far.
+func (m *meter) sample() map[string]time.Duration {
+	out := make(map[string]time.Duration, len(m.names))
+	for _, n := range m.names {
+		out[n] = m.read[n]()
+	}
+	return out
+}
+
+// cpuPerDelivery returns, per process, the CPU microseconds used between
+// two samples divided by the number of deliveries.
+func cpuPerDelivery(before, after map[string]time.Duration, deliveries int) map[string]float64 {
+	out := make(map[string]float64, len(after))
+	for n, a := range after {
+		out[n] = float64((a - before[n]).Microseconds()) / float64(max(deliveries, 1))
+	}
+	return out
+}
+
+// postmasterPID returns the pid of the Postgres cluster serving conn: the
+// parent of conn's backend. It works when the cluster runs on this
+// machine, as the local stack's does.
+func postmasterPID(ctx context.Context, conn *pgx.Conn) (int, error) {
+	var backend int
+	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
+		return 0, fmt.Errorf("backend pid: %w", err)
+	}
+	_, _, ppid, err := procTimes(backend)
+	if err != nil {
+		return 0, fmt.Errorf("postgres backend %d is not on this machine: %w", backend, err)
+	}
+	return ppid, nil
+}
+
+// stackBrokerPID returns the pid of the local stack's Kafka broker, from
+// the pid file deploy/stack.sh keeps, or 0.
+func stackBrokerPID() int {
+	dir := os.Getenv("PAYSTREAM_STACK_DIR")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return 0
+		}
+		dir = home + "/.cache/paystream/stack"
+	}
+	b, err := os.ReadFile(dir + "/kafka/kafka.pid")
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); pid <= 0 || err != nil {
+		return 0
+	}
+	return pid
+}
+
+// walLSN returns the cluster's current WAL insert position.
+func walLSN(ctx context.Context, conn *pgx.Conn) (string, error) {
+	var lsn string
+	err := conn.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn)
+	return lsn, err
+}
+
+// walBytes returns the WAL written between two positions.
+func walBytes(ctx context.Context, conn *pgx.Conn, from, to string) (int64, error) {
+	var n int64
+	err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)::bigint`, to, from).Scan(&n)
+	return n, err
+}
+
+// machineInfo describes where the bench ran, for the report.
+type machineInfo struct {
+	Date    string `json:"date"`
+	Commit  string `json:"commit"`
+	CPUs    int    `json:"cpus"`
+	CPU     string `json:"cpu_model"`
+	Kernel  string `json:"kernel"`
+	LoadAvg string `json:"load_average_before"`
+	Go      string `json:"go"`
+}
+
+func describeMachine() machineInfo {
+	m := machineInfo{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		m.Commit = strings.TrimSpace(string(out))
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
+			m.Commit += " (with uncommitted changes)"
+		}
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// report is the bench's output, as Markdown and as JSON.
+type report struct {
+	Kind      string       `json:"kind"`
+	Machine   machineInfo  `json:"machine"`
+	Workload  workloadInfo `json:"workload"`
+	Paystream *result      `json:"paystream"`
+	Baseline  *result      `json:"baseline"`
+}
+
+type workloadInfo struct {
+	Deliveries    int `json:"deliveries"`
+	Repeats       int `json:"repeats"`
+	Payments      int `json:"payments"`
+	BodyBytes     int `json:"body_bytes"`
+	Connections   int `json:"connections"`
+	Partitions    int `json:"partitions"`
+	BaselineConns int `json:"baseline_pg_conns"`
+}
+
+// appProcesses are the processes each design adds; the broker and
+// Postgres are shared.
+var appProcesses = map[string][]string{
+	"paystream": {"ingest", "processor", "sink"},
+	"baseline":  {"baseline"},
+}
+
+func (r *result) cpuSum(names ...string) (float64, bool) {
+	var sum float64
+	found := false
+	for _, n := range names {
+		if v, ok := r.CPU[n]; ok {
+			sum, found = sum+v, true
+		}
+	}
+	return sum, found
+}
+
+func (r *result) cpuTotal() float64 {
+	var sum float64
+	for _, v := range r.CPU {
+		sum += v
+	}
+	return sum
+}
+
+// markdown renders the results table and its notes.
+func (rep *report) markdown() string {
+	p, b := rep.Paystream, rep.Baseline
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "bench-e2e, %s — %s, commit %s, %d CPUs (%s), load average before %s\n\n",
+		rep.Kind, rep.Machine.Date, rep.Machine.Commit, rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.LoadAvg)
+	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections, %d partitions\n\n",
+		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Partitions)
+	sb.WriteString("| | paystream | sync baseline | paystream ÷ baseline |\n|---|--:|--:|--:|\n")
+	row := func(name string, pv, bv float64, format string) {
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", name, fmt.Sprintf(format, pv), fmt.Sprintf(format, bv), ratio(pv, bv))
+	}
+	only := func(name, pv, bv string) { fmt.Fprintf(&sb, "| %s | %s | %s | — |\n", name, pv, bv) }
+	row("accepted/s", p.AcceptedPerSec, b.AcceptedPerSec, "%.0f")
+	row("accept p50 (ms)", p.AcceptP50, b.AcceptP50, "%.2f")
+	row("accept p99 (ms)", p.AcceptP99, b.AcceptP99, "%.2f")
+	row("end-to-end deliveries/s", p.EndToEndPerSec, b.EndToEndPerSec, "%.0f")
+	only("accepted→published p50 (ms)", fmt.Sprintf("%.1f", p.PublishP50), "0 (committed)")
+	only("accepted→published p99 (ms)", fmt.Sprintf("%.1f", p.PublishP99), "0 (committed)")
+	for _, n := range appProcesses["paystream"] {
+		if v, ok := p.CPU[n]; ok {
+			only("CPU µs/delivery: "+n, fmt.Sprintf("%.0f", v), "—")
+		}
+	}
+	if v, ok := b.CPU["baseline"]; ok {
+		only("CPU µs/delivery: baseline server", "—", fmt.Sprintf("%.0f", v))
+	}
+	pa, _ := p.cpuSum(appProcesses["paystream"]...)
+	ba, _ := b.cpuSum(appProcesses["baseline"]...)
+	row("CPU µs/delivery: application processes", pa, ba, "%.0f")
+	for _, n := range []string{"broker", "postgres"} {
+		pv, ok1 := p.CPU[n]
+		bv, ok2 := b.CPU[n]
+		if ok1 && ok2 {
+			row("CPU µs/delivery: "+map[string]string{"broker": "Kafka broker", "postgres": "Postgres"}[n], pv, bv, "%.0f")
+		}
+	}
+	row("CPU µs/delivery: all of the above", p.cpuTotal(), b.cpuTotal(), "%.0f")
+	row("WAL bytes/delivery", p.WALBytesPerDelivery, b.WALBytesPerDelivery, "%.0f")
+
+	sb.WriteString("\n")
+	for _, r := range []*result{p, b} {
+		var codes []string
+		for _, c := range r.Load.StatusCodes() {
+			codes = append(codes, fmt.Sprintf("%d × %d", r.Load.Status[c], c))
+		}
+		fmt.Fprintf(&sb, "- %s: answers %s", r.Name, strings.Join(codes, ", "))
+		if len(r.Load.Errors) > 0 {
+			fmt.Fprintf(&sb, ", errors %v", r.Load.Errors)
+		}
+		fmt.Fprintf(&sb, "; load %.1fs, first request → last delivery recorded %.1fs; %s\n", r.Load.Elapsed.Seconds(), r.EndToEnd, r.Check)
+	}
+	fmt.Fprintf(&sb, "- accepted→published: %d state events matched to their webhook's first 2xx", p.Published)
+	if p.PublishNote != "" {
+		fmt.Fprintf(&sb, " (%s)", p.PublishNote)
+	}
+	sb.WriteString("; for the baseline, published = committed, which happens before its answer.\n")
+	sb.WriteString("- The Kafka broker and Postgres are shared: their CPU and the WAL include anything else running on them during each run" +
+		" (the baseline does not use Kafka: its broker figure is that background).\n")
+	return sb.String()
+}
+
+// ratio formats a ÷ b.
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func (rep *report) writeJSON(path string) error {
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write json: %w", err)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

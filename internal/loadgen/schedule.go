@@ -1,0 +1,164 @@
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Schedule is a fixed list of requests, sent in order by RunSchedule;
+// Lifecycle is one.
+type Schedule interface {
+	// Len returns the number of requests.
+	Len() int
+	// Request returns request i, signed at now.
+	Request(i int, now time.Time) (*Request, error)
+	// Repeat reports whether request i re-sends an event sent before.
+	Repeat(i int) bool
+}
+
+// ScheduleConfig configures RunSchedule.
+type ScheduleConfig struct {
+	// URL is the target's base URL, e.g. http://127.0.0.1:8080. Required.
+	URL string
+	// Schedule is what to send. Required.
+	Schedule Schedule
+	// Concurrency is the number of workers (and keep-alive connections),
+	// each with at most one request in flight. Defaults to 16.
+	Concurrency int
+	// Client sends the requests. Defaults to NewClient(Concurrency, 10s).
+	Client *http.Client
+	// OnAnswer, when set, is called from the worker goroutines after each
+	// answered request with its index, status code and when its answer
+	// was read.
+	OnAnswer func(i, status int, answered time.Time)
+	// Progress and ProgressInterval are as in Config.
+	Progress         func(Snapshot)
+	ProgressInterval time.Duration
+}
+
+// RunSchedule sends every request of cfg.Schedule once, in order (request
+// i is sent when a worker is free after i-1 was), as fast as the workers
+// can, and returns what it measured. Result.Elapsed runs from the first
+// request to the last answer. Canceling ctx abandons the run. As with Run,
+// only a configuration error or a request that cannot be built is an
+// error; failed requests are counted in the Result.
+func RunSchedule(ctx context.Context, cfg ScheduleConfig) (*Result, error) {
+	switch {
+	case cfg.URL == "":
+		return nil, errors.New("schedule config: URL is required")
+	case cfg.Schedule == nil:
+		return nil, errors.New("schedule config: Schedule is required")
+	case cfg.Concurrency < 0:
+		return nil, errors.New("schedule config: Concurrency must be positive")
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Client == nil {
+		cfg.Client = NewClient(cfg.Concurrency, 10*time.Second)
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = time.Second
+	}
+	// The shared counters, histogram and progress reporter are Run's.
+	r := &run{cfg: Config{Progress: cfg.Progress, ProgressInterval: cfg.ProgressInterval}, errKinds: map[string]int64{}}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	start := time.Now()
+	progressDone, progressStopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(progressStopped)
+		r.progress(start, progressDone)
+	}()
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errc = make(chan error, cfg.Concurrency)
+	)
+	for range cfg.Concurrency {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= cfg.Schedule.Len() {
+					return
+				}
+				if err := r.send(ctx, cfg, i); err != nil {
+					errc <- err
+					cancel()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(progressDone)
+	<-progressStopped
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	res := &Result{Elapsed: elapsed, Sent: r.sent.Load(), Duplicates: r.dups.Load(), Status: map[int]int64{},
+		Errors: r.errKinds, Latency: &r.lat, Concurrency: cfg.Concurrency}
+	for code := range r.status {
+		if n := r.status[code].Load(); n > 0 {
+			res.Status[code] = n
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(Snapshot{Elapsed: elapsed, Sent: res.Sent, Errors: r.failed.Load(), RPS: res.Throughput(), P99: r.lat.Quantile(0.99), Final: true})
+	}
+	return res, nil
+}
+
+// send sends request i and records its answer.
+func (r *run) send(ctx context.Context, cfg ScheduleConfig, i int) error {
+	req, err := cfg.Schedule.Request(i, time.Now())
+	if err != nil {
+		return fmt.Errorf("build request %d: %w", i, err)
+	}
+	hreq, err := req.HTTPRequest(ctx, cfg.URL)
+	if err != nil {
+		return fmt.Errorf("build request %d: %w", i, err)
+	}
+	if cfg.Schedule.Repeat(i) {
+		r.dups.Add(1)
+	}
+	start := time.Now()
+	resp, err := cfg.Client.Do(hreq)
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	answered := time.Now()
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // abandoned: not a failure of the target
+		}
+		r.sent.Add(1)
+		r.failed.Add(1)
+		r.errMu.Lock()
+		r.errKinds[errorKind(err)]++
+		r.errMu.Unlock()
+		return nil
+	}
+	r.lat.Record(answered.Sub(start))
+	if resp.StatusCode > 0 && resp.StatusCode < len(r.status) {
+		r.status[resp.StatusCode].Add(1)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		r.failed.Add(1)
+	}
+	r.sent.Add(1)
+	if cfg.OnAnswer != nil {
+		cfg.OnAnswer(i, resp.StatusCode, answered)
+	}
+	return nil
+}
