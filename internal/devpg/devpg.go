@@ -18,10 +18,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -63,16 +65,23 @@ type Config struct {
 	// /usr/lib/postgresql/<major>/bin, then pg_ctl on $PATH.
 	BinDir string
 
+	// Settings are extra server settings, passed as `-c name=value` when
+	// Start starts the server (e.g. "wal_level": "logical"). A server
+	// already running on DataDir keeps the settings it was started with.
+	// Defaults to none.
+	Settings map[string]string
+
 	// Logger receives progress messages. Defaults to discarding them.
 	Logger *slog.Logger
 }
 
 // Cluster is a running private PostgreSQL server.
 type Cluster struct {
-	dataDir string
-	port    int
-	run     *runner
-	logger  *slog.Logger
+	dataDir  string
+	port     int
+	run      *runner
+	settings map[string]string
+	logger   *slog.Logger
 }
 
 // Start initializes the cluster in cfg.DataDir if it is new, starts its
@@ -102,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devpg: %w", err)
 	}
-	c := &Cluster{dataDir: dataDir, run: run, logger: logger}
+	c := &Cluster{dataDir: dataDir, run: run, settings: cfg.Settings, logger: logger}
 
 	if err := run.prepareDataDir(dataDir); err != nil {
 		return nil, fmt.Errorf("devpg: %w", err)
@@ -298,6 +307,9 @@ func (c *Cluster) startOn(ctx context.Context, port int) error {
 	}
 	// pg_ctl hands -o to the shell that execs postgres: quote it.
 	opts := fmt.Sprintf("-p %d -h 127.0.0.1 -k %s", port, shellQuote(sockDir))
+	for _, name := range slices.Sorted(maps.Keys(c.settings)) {
+		opts += " -c " + shellQuote(name+"="+c.settings[name])
+	}
 	c.logger.Info("devpg: starting server", "data_dir", c.dataDir, "port", port)
 	_, err := c.run.run(ctx, "pg_ctl", "start",
 		"-D", c.dataDir,

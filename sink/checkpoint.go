@@ -1,0 +1,176 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// DefaultCheckpointTopic is SlotConfig.CheckpointTopic's default.
+const DefaultCheckpointTopic = "paystream.sink.checkpoints.v1"
+
+// checkpoint is the value of a checkpoint record, keyed by slot name: the
+// position in the WAL up to which every state message is in the state topic,
+// written in the same Kafka transaction as the events it covers.
+type checkpoint struct {
+	// LSN is the end LSN of the last Postgres transaction the Kafka
+	// transaction carried (pgoutput's Commit.TransactionEndLSN): the
+	// position the relay confirms to the slot.
+	LSN pglogrepl.LSN `json:"lsn"`
+	// SystemID and Timeline identify the WAL history the LSN belongs to.
+	// A checkpoint of another history (the database restored from a
+	// backup, a new cluster) says nothing about this one's positions and
+	// is ignored.
+	SystemID string `json:"system_id"`
+	Timeline int32  `json:"timeline"`
+}
+
+func (c checkpoint) MarshalJSON() ([]byte, error) {
+	type plain struct {
+		LSN      string `json:"lsn"`
+		SystemID string `json:"system_id"`
+		Timeline int32  `json:"timeline"`
+	}
+	return json.Marshal(plain{c.LSN.String(), c.SystemID, c.Timeline})
+}
+
+func (c *checkpoint) UnmarshalJSON(b []byte) error {
+	var p struct {
+		LSN      string `json:"lsn"`
+		SystemID string `json:"system_id"`
+		Timeline int32  `json:"timeline"`
+	}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	lsn, err := pglogrepl.ParseLSN(p.LSN)
+	if err != nil {
+		return fmt.Errorf("checkpoint lsn: %w", err)
+	}
+	*c = checkpoint{LSN: lsn, SystemID: p.SystemID, Timeline: p.Timeline}
+	return nil
+}
+
+// ensureCheckpointTopic creates the checkpoint topic, compacted, with one
+// partition, unless it exists.
+func ensureCheckpointTopic(ctx context.Context, adm *kadm.Client, topic string) error {
+	topics, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("look up checkpoint topic: %w", err)
+	}
+	if topics.Has(topic) {
+		return nil
+	}
+	compact := "compact"
+	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("create checkpoint topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// readCheckpoint returns the newest committed checkpoint of slot, or the
+// zero checkpoint when there is none. Call it only after fencing the
+// relay's transactional id: then no transaction of an earlier relay is
+// still open, and the committed end of the topic read here includes every
+// checkpoint that will ever commit before ours.
+func readCheckpoint(ctx context.Context, brokers []string, opts []kgo.Opt, topic, slot string) (checkpoint, error) {
+	admCl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.SeedBrokers(brokers...))...)
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("kafka client: %w", err)
+	}
+	defer admCl.Close()
+	adm := kadm.NewClient(admCl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("list checkpoint start offsets: %w", err)
+	}
+	// The last stable offsets: everything below is committed or aborted.
+	ends, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("list checkpoint end offsets: %w", err)
+	}
+	todo := map[int32]int64{} // partition → offset to read up to
+	from := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := starts.Lookup(topic, o.Partition); ok && o.Offset > s.Offset {
+			todo[o.Partition] = o.Offset
+			from[o.Partition] = kgo.NewOffset().At(s.Offset)
+		}
+	})
+	if len(todo) == 0 {
+		return checkpoint{}, nil
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Commit and abort markers are returned too, so the read can tell
+		// it reached the end when the last records are markers.
+		kgo.KeepControlRecords(),
+	)...)
+	if err != nil {
+		return checkpoint{}, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+
+	var best checkpoint
+	for len(todo) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return checkpoint{}, fmt.Errorf("read checkpoint topic: %w", err)
+		}
+		var fetchErr error
+		fs.EachError(func(_ string, p int32, err error) {
+			fetchErr = fmt.Errorf("read checkpoint topic partition %d: %w", p, err)
+		})
+		if fetchErr != nil {
+			return checkpoint{}, fetchErr
+		}
+		var decodeErr error
+		fs.EachRecord(func(rec *kgo.Record) {
+			if end, ok := todo[rec.Partition]; ok && rec.Offset+1 >= end {
+				delete(todo, rec.Partition)
+			}
+			if rec.Attrs.IsControl() || string(rec.Key) != slot {
+				return
+			}
+			var c checkpoint
+			if err := json.Unmarshal(rec.Value, &c); err != nil {
+				decodeErr = fmt.Errorf("checkpoint at offset %d: %w", rec.Offset, err)
+				return
+			}
+			if c.LSN > best.LSN {
+				best = c
+			}
+		})
+		if decodeErr != nil {
+			return checkpoint{}, decodeErr
+		}
+	}
+	return best, nil
+}
+
+// checkpointRecord is the record that carries c in a Kafka transaction.
+func checkpointRecord(topic, slot string, c checkpoint) (*kgo.Record, error) {
+	v, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(slot), Value: v}, nil
+}

@@ -1,0 +1,724 @@
+package sink_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/statelog"
+	"github.com/paystream/paystream/internal/testenv"
+	"github.com/paystream/paystream/sink"
+)
+
+// slotBundle is what each slot relay test gets: its own schema on a
+// logical-level server, state topic and checkpoint topic.
+type slotBundle struct {
+	db         *testenv.DB
+	brokers    []string
+	topic      string
+	checkpoint string
+}
+
+func setupSlot(t *testing.T, partitions int) *slotBundle {
+	t.Helper()
+	return &slotBundle{
+		db:         logicalDB(t),
+		brokers:    testenv.Kafka(t),
+		topic:      testenv.Topic(t, "state", partitions),
+		checkpoint: testenv.Topic(t, "ckpt", 1),
+	}
+}
+
+func (b *slotBundle) slot() string { return sink.SlotName(b.db.Schema) }
+
+// slotRelay is a SlotRelay running in the test process.
+type slotRelay struct {
+	reg  *prometheus.Registry
+	stop func() // cancels Run and waits for it to return
+}
+
+func (b *slotBundle) startRelay(t *testing.T, configure func(*sink.SlotRelay)) *slotRelay {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	r, err := sink.NewSlotRelay(b.db.Pool, sink.SlotConfig{
+		Brokers: b.brokers, Topic: b.topic, CheckpointTopic: b.checkpoint,
+		HeartbeatInterval: 100 * time.Millisecond, StandbyRetry: 50 * time.Millisecond,
+		Logger: slog.New(slog.DiscardHandler), Registerer: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if configure != nil {
+		configure(r)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("slot relay Run: %v", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("slot relay Run did not return within 60s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &slotRelay{reg: reg, stop: stop}
+}
+
+func (r *slotRelay) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
+			continue
+		}
+		m := mf.GetMetric()[0]
+		switch {
+		case m.GetGauge() != nil:
+			return m.GetGauge().GetValue()
+		case m.GetCounter() != nil:
+			return m.GetCounter().GetValue()
+		case m.GetHistogram() != nil:
+			return float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	t.Fatalf("slot relay has no metric %s", name)
+	return 0
+}
+
+// statePayload is the payload the tests' events carry.
+type statePayload struct {
+	EventID string `json:"event_id"`
+	Attempt string `json:"attempt"` // "committed" or "rolled-back"
+}
+
+func stateEvent(key string, version int64, attempt string) statelog.Event {
+	p, _ := json.Marshal(statePayload{EventID: envelope.StateEventID(key, version), Attempt: attempt})
+	return statelog.Event{
+		Key: key, Version: version, Payload: p,
+		Headers: []statelog.Header{{Key: "traceparent", Value: []byte("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")}},
+	}
+}
+
+// emit writes events as the processor does, in one transaction through
+// pool, and commits it unless rollback.
+func emit(ctx context.Context, pool *pgxpool.Pool, events []statelog.Event, rollback bool) error {
+	frames, err := statelog.EncodeAll(events)
+	if err != nil {
+		return err
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var n int64
+	if err := tx.QueryRow(ctx, statelog.EmitSQL, frames).Scan(&n); err != nil {
+		return fmt.Errorf("emit: %w", err)
+	}
+	if n != int64(len(frames)) {
+		return fmt.Errorf("emitted %d messages, want %d", n, len(frames))
+	}
+	if rollback {
+		return tx.Rollback(ctx)
+	}
+	return tx.Commit(ctx)
+}
+
+// writer is a processor-like writer: it owns payments (as a partition
+// worker does) and emits their versions in order, in transactions of
+// 1..maxPer events across its payments, rolling back every rollbackEvery-th
+// transaction and then committing the same versions again.
+type writer struct {
+	pool          *pgxpool.Pool
+	prefix        string
+	payments      int
+	maxPer        int
+	rollbackEvery int
+}
+
+// run emits total events and returns how many versions each payment got.
+func (w writer) run(ctx context.Context, total int) (map[string]int64, error) {
+	versions := map[string]int64{}
+	emitted, txns := 0, 0
+	for emitted < total {
+		txns++
+		n := min(1+txns%w.maxPer, total-emitted)
+		var events []statelog.Event
+		for i := range n {
+			key := fmt.Sprintf("%s_pay_%03d", w.prefix, (emitted+i)%w.payments)
+			events = append(events, stateEvent(key, versions[key]+1+int64(countKey(events, key)), "committed"))
+		}
+		if w.rollbackEvery > 0 && txns%w.rollbackEvery == 0 {
+			rolled := make([]statelog.Event, len(events))
+			for i, e := range events {
+				rolled[i] = stateEvent(e.Key, e.Version, "rolled-back")
+			}
+			if err := emit(ctx, w.pool, rolled, true); err != nil {
+				return nil, err
+			}
+		}
+		if err := emit(ctx, w.pool, events, false); err != nil {
+			return nil, err
+		}
+		for _, e := range events {
+			versions[e.Key] = e.Version
+		}
+		emitted += n
+	}
+	return versions, nil
+}
+
+func countKey(events []statelog.Event, key string) int {
+	n := 0
+	for _, e := range events {
+		if e.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+// walInsertLSN is the server's current WAL insert position.
+func walInsertLSN(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	var lsn string
+	if err := pool.QueryRow(context.Background(), `SELECT pg_current_wal_insert_lsn()::text`).Scan(&lsn); err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+// waitConfirmed waits until the slot's confirmed position reaches lsn:
+// every state message committed before lsn is then in a committed Kafka
+// transaction.
+func waitConfirmed(t *testing.T, pool *pgxpool.Pool, slot, lsn string, timeout time.Duration) {
+	t.Helper()
+	testenv.WaitFor(t, timeout, func() error {
+		var ok bool
+		var confirmed *string
+		err := pool.QueryRow(context.Background(), `
+			SELECT confirmed_flush_lsn >= $2::pg_lsn, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`,
+			slot, lsn).Scan(&ok, &confirmed)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("slot %s confirmed %v, waiting for %s", slot, deref(confirmed), lsn)
+		}
+		return nil
+	})
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "(none)"
+	}
+	return *s
+}
+
+// readCommitted returns the records of topic a read_committed consumer
+// sees, reading up to the last stable offset of each partition at the
+// time of the call.
+func readCommitted(t *testing.T, brokers []string, topic string) []*kgo.Record {
+	t.Helper()
+	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adm.Close()
+	ends, err := kadm.NewClient(adm).ListCommittedOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	todo := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			todo[o.Partition] = o.Offset
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out []*kgo.Record
+	for len(todo) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: still waiting for partitions %v after 2m", topic, todo)
+		}
+		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := todo[r.Partition]; ok && r.Offset+1 >= end {
+				delete(todo, r.Partition)
+			}
+			if !r.Attrs.IsControl() {
+				out = append(out, r)
+			}
+		})
+	}
+	return out
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// checkStream checks what a read_committed consumer of the state topic
+// sees against want (payment key → its last version): every version of
+// every payment exactly once, in order within one partition, each with
+// its event id, none from a rolled-back transaction.
+func checkStream(t *testing.T, recs []*kgo.Record, want map[string]int64) {
+	t.Helper()
+	next := map[string]int64{}
+	partition := map[string]int32{}
+	seen := map[string]bool{}
+	var total int64
+	for _, w := range want {
+		total += w
+	}
+	for _, r := range recs {
+		key := string(r.Key)
+		id := header(r, envelope.HeaderEventID)
+		if seen[id] {
+			t.Fatalf("event id %s repeated (partition %d offset %d)", id, r.Partition, r.Offset)
+		}
+		seen[id] = true
+		var p statePayload
+		if err := json.Unmarshal(r.Value, &p); err != nil {
+			t.Fatalf("record %s/%d: %v", key, r.Offset, err)
+		}
+		if p.Attempt != "committed" || p.EventID != id {
+			t.Fatalf("record at partition %d offset %d: payload %s with event id %s (from a rolled-back transaction?)", r.Partition, r.Offset, r.Value, id)
+		}
+		if pt, ok := partition[key]; ok && pt != r.Partition {
+			t.Fatalf("%s on partitions %d and %d", key, pt, r.Partition)
+		}
+		partition[key] = r.Partition
+		next[key]++
+		if wantID := envelope.StateEventID(key, next[key]); id != wantID {
+			t.Fatalf("partition %d offset %d: %s, want %s (a gap or out of order)", r.Partition, r.Offset, id, wantID)
+		}
+		if header(r, "traceparent") == "" {
+			t.Fatalf("%s lost its traceparent header", id)
+		}
+	}
+	for key, w := range want {
+		if next[key] != w {
+			t.Errorf("%s: %d versions on the topic, want %d", key, next[key], w)
+		}
+	}
+	if int64(len(recs)) != total {
+		t.Errorf("%d records on the topic, want %d", len(recs), total)
+	}
+}
+
+// TestSlotRelayPublishesCommittedInOrder (I3, I6, I8): concurrent
+// processor-like transactions, some rolled back, and another schema's
+// transactions in the same database: a read_committed consumer sees every
+// committed version of every payment of the relay's schema once, in
+// order, with its headers, and nothing rolled back or of the other schema.
+// One transaction's many events of one payment come out in emit order.
+func TestSlotRelayPublishesCommittedInOrder(t *testing.T) {
+	t.Parallel()
+	b := setupSlot(t, 3)
+	other := schemaOnSameServer(t, b)
+	r := b.startRelay(t, nil)
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_slot_active") == 1 }, "relay active")
+
+	ctx := context.Background()
+	// One transaction, 300 versions of one payment: emit order is kept.
+	var one []statelog.Event
+	for v := int64(1); v <= 300; v++ {
+		one = append(one, stateEvent("acme:pay_long", v, "committed"))
+	}
+	if err := emit(ctx, b.db.Pool, one, false); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int64{"acme:pay_long": 300}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := range 4 {
+		wg.Go(func() {
+			w := writer{pool: b.db.Pool, prefix: fmt.Sprintf("w%d", i), payments: 10, maxPer: 7, rollbackEvery: 3}
+			v, err := w.run(ctx, 500)
+			errs <- err
+			mu.Lock()
+			for k, n := range v {
+				want[k] = n
+			}
+			mu.Unlock()
+		})
+	}
+	// The other schema's events must not reach this relay's topic.
+	wg.Go(func() {
+		_, err := writer{pool: other, prefix: "other", payments: 5, maxPer: 3}.run(ctx, 100)
+		errs <- err
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	checkStream(t, readCommitted(t, b.brokers, b.topic), want)
+	if got := r.metric(t, "paystream_sink_events_published_total"); got != 2300 {
+		t.Errorf("paystream_sink_events_published_total = %v, want 2300", got)
+	}
+	if got := r.metric(t, "paystream_sink_kafka_transaction_seconds"); got == 0 {
+		t.Error("no Kafka transaction observed")
+	}
+	if got := r.metric(t, "paystream_sink_kafka_transactions_aborted_total"); got != 0 {
+		t.Errorf("aborted transactions = %v, want 0", got)
+	}
+}
+
+// schemaOnSameServer returns a pool on another schema of b's database.
+func schemaOnSameServer(t *testing.T, b *slotBundle) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	schema := b.db.Schema + "_other"
+	if _, err := b.db.Pool.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	cfg := b.db.Pool.Config()
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		_, _ = b.db.Pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+	})
+	return pool
+}
+
+// TestSlotRelayStandbyTakesOver: a second relay stays a standby while the
+// first streams the slot (the slot is the leadership), publishes nothing,
+// and takes over once the first stops, without repeating or losing an
+// event.
+func TestSlotRelayStandbyTakesOver(t *testing.T) {
+	t.Parallel()
+	b := setupSlot(t, 1)
+	first := b.startRelay(t, nil)
+	testenv.Eventually(t, 30*time.Second, func() bool { return first.metric(t, "paystream_sink_slot_active") == 1 }, "first relay active")
+	second := b.startRelay(t, nil)
+	ctx := context.Background()
+	for v := int64(1); v <= 5; v++ {
+		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
+			t.Fatal(err)
+		}
+		// The standby retries the slot every 50ms meanwhile.
+		waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+		if a := second.metric(t, "paystream_sink_slot_active"); a != 0 {
+			t.Fatalf("standby active = %v while the first relay holds the slot", a)
+		}
+	}
+	if got := second.metric(t, "paystream_sink_events_published_total"); got != 0 {
+		t.Errorf("standby published %v events, want 0", got)
+	}
+	first.stop()
+	testenv.Eventually(t, 30*time.Second, func() bool { return second.metric(t, "paystream_sink_slot_active") == 1 }, "standby takes over")
+	for v := int64(6); v <= 8; v++ {
+		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	checkStream(t, readCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 8})
+	if got := second.metric(t, "paystream_sink_events_published_total"); got != 3 {
+		t.Errorf("new relay published %v events, want 3", got)
+	}
+}
+
+// TestSlotRelaySkipsCheckpointedAfterCrash: a relay that stops between its
+// Kafka commit and confirming the slot (planted with the hook) leaves the
+// slot behind the checkpoint; Postgres sends those transactions again and
+// the relay skips them, so nothing is published twice.
+func TestSlotRelaySkipsCheckpointedAfterCrash(t *testing.T) {
+	t.Parallel()
+	b := setupSlot(t, 3)
+	var crashes atomic.Int64
+	r := b.startRelay(t, func(r *sink.SlotRelay) {
+		sink.SetAfterCommitHook(r, func(uint64) error {
+			if crashes.Load() < 3 {
+				crashes.Add(1)
+				return errors.New("planted crash between Kafka commit and slot confirm")
+			}
+			return nil
+		})
+	})
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_slot_active") == 1 }, "relay active")
+	// Three rounds of writes, each published by a Kafka transaction whose
+	// slot confirmation the hook prevents.
+	want := map[string]int64{}
+	for round := int64(1); round <= 3; round++ {
+		v, err := writer{pool: b.db.Pool, prefix: fmt.Sprintf("ck%d", round), payments: 4, maxPer: 5}.run(context.Background(), 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, n := range v {
+			want[k] = n
+		}
+		testenv.Eventually(t, time.Minute, func() bool { return crashes.Load() >= round }, "planted crash %d", round)
+	}
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got == 0 {
+		t.Error("no replayed transaction skipped: the planted crashes did not exercise the checkpoint")
+	}
+	checkStream(t, readCommitted(t, b.brokers, b.topic), want)
+}
+
+// TestSlotRelayHeartbeatAdvancesQuietSlot: with no state event at all, the
+// heartbeat keeps the slot's confirmed position following the WAL, so
+// Postgres can recycle it, and the lag gauges are set.
+func TestSlotRelayHeartbeatAdvancesQuietSlot(t *testing.T) {
+	t.Parallel()
+	b := setupSlot(t, 1)
+	r := b.startRelay(t, nil)
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_slot_active") == 1 }, "relay active")
+	// WAL that holds no message for this relay.
+	if _, err := b.db.Pool.Exec(context.Background(), `CREATE TABLE filler AS SELECT g FROM generate_series(1, 10000) g`); err != nil {
+		t.Fatal(err)
+	}
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	if got := r.metric(t, "paystream_sink_events_published_total"); got != 0 {
+		t.Errorf("published %v events, want 0", got)
+	}
+	if got := r.metric(t, "paystream_sink_kafka_transaction_seconds"); got != 0 {
+		t.Errorf("%v Kafka transactions for heartbeats, want 0", got)
+	}
+}
+
+// TestSlotRelayRefusesWALLevelReplica: on a server without wal_level =
+// logical the relay stops at once with one line saying what to set.
+func TestSlotRelayRefusesWALLevelReplica(t *testing.T) {
+	t.Parallel()
+	testenv.SkipIfShort(t)
+	db := schemaDB(t, privateCluster(t, "replica", map[string]string{"wal_level": "replica"}))
+	r, err := sink.NewSlotRelay(db.Pool, sink.SlotConfig{Brokers: []string{"127.0.0.1:1"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = r.Run(ctx)
+	if !errors.Is(err, sink.ErrWALLevel) {
+		t.Fatalf("Run = %v, want ErrWALLevel", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "wal_level = logical") || !strings.Contains(msg, "max_replication_slots") ||
+		!strings.Contains(msg, "max_wal_senders") || !strings.Contains(msg, "wal_level = replica") || strings.Contains(msg, "\n") {
+		t.Errorf("error %q: want one line naming wal_level = logical, max_replication_slots, max_wal_senders and the current level", msg)
+	}
+	if err := sink.CheckWALLevel(ctx, db.Pool); !errors.Is(err, sink.ErrWALLevel) {
+		t.Errorf("CheckWALLevel = %v, want ErrWALLevel", err)
+	}
+}
+
+// childRelay is a SlotRelay in a child process.
+type childRelay struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startChild starts a relay in a child process (the test binary, see
+// TestMain), named name in pg_stat_replication's application_name.
+func (b *slotBundle) startChild(t *testing.T, name string) *childRelay {
+	t.Helper()
+	u := b.db.URL
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		envChildRelay+"="+u+sep+"application_name="+name,
+		envChildBrokers+"="+strings.Join(b.brokers, ","),
+		envChildTopic+"="+b.topic,
+		envChildCheckpoint+"="+b.checkpoint,
+	)
+	logf, err := os.Create(t.TempDir() + "/" + name + ".log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &childRelay{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); logf.Close(); close(c.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-c.done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-c.done
+		}
+	})
+	return c
+}
+
+// activeRelay returns the application_name of the connection streaming
+// the slot, or "" when none does.
+func activeRelay(t *testing.T, pool *pgxpool.Pool, slot string) string {
+	t.Helper()
+	var name *string
+	err := pool.QueryRow(context.Background(), `
+		SELECT r.application_name FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+		 WHERE s.slot_name = $1`, slot).Scan(&name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return deref(name)
+}
+
+// stateHighWater is the sum of the state topic's end offsets, committed or
+// not: it grows while the relay publishes.
+func stateHighWater(t *testing.T, brokers []string, topic string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// TestSlotRelaySIGKILL is the issue's bar (I2, I3, I6, I8): the active
+// relay SIGKILLed 5 times, a standby taking over each time, while 50,000
+// events are written by concurrent processor-like transactions (some
+// rolled back): the state topic read with read_committed holds every
+// version of every payment, in order, no repeated event id, no gap.
+func TestSlotRelaySIGKILL(t *testing.T) {
+	t.Parallel()
+	const total, writers, kills = 50_000, 4, 5
+	b := setupSlot(t, 3)
+	if err := setupSlotFor(b); err != nil {
+		t.Fatal(err)
+	}
+	children := map[string]*childRelay{}
+	spawned := 0
+	spawn := func() {
+		spawned++
+		name := fmt.Sprintf("relay%d", spawned)
+		children[name] = b.startChild(t, name)
+	}
+	spawn()
+	spawn()
+
+	ctx := context.Background()
+	start := time.Now()
+	want := map[string]int64{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for i := range writers {
+		wg.Go(func() {
+			w := writer{pool: b.db.Pool, prefix: fmt.Sprintf("w%d", i), payments: 250, maxPer: 20, rollbackEvery: 5}
+			v, err := w.run(ctx, total/writers)
+			errs <- err
+			mu.Lock()
+			for k, n := range v {
+				want[k] = n
+			}
+			mu.Unlock()
+		})
+	}
+
+	// Kill the active relay each time the topic grew by another sixth of
+	// the events, and start a new standby.
+	var killed []string
+	for k := 1; k <= kills; k++ {
+		mark := int64(k) * total / (kills + 1)
+		testenv.Eventually(t, 5*time.Minute, func() bool { return stateHighWater(t, b.brokers, b.topic) >= mark },
+			"state topic past %d records before kill %d", mark, k)
+		var active string
+		testenv.Eventually(t, time.Minute, func() bool {
+			active = activeRelay(t, b.db.Pool, b.slot())
+			return children[active] != nil
+		}, "a child relay streaming the slot before kill %d", k)
+		c := children[active]
+		if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-c.done
+		delete(children, active)
+		killed = append(killed, active)
+		spawn()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := time.Since(start)
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 5*time.Minute)
+	elapsed := time.Since(start)
+	recs := readCommitted(t, b.brokers, b.topic)
+	checkStream(t, recs, want)
+	t.Logf("%d events written in %s; all in Kafka after %s (%.0f events/s end to end) with relays %v SIGKILLed; topic high water %d (records, aborted records and markers)",
+		total, written.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), killed,
+		stateHighWater(t, b.brokers, b.topic))
+}
+
+// setupSlotFor creates the slot of b's schema before anything is emitted,
+// as migrate will.
+func setupSlotFor(b *slotBundle) error {
+	_, err := sink.SetupSlot(context.Background(), b.db.Pool)
+	return err
+}
