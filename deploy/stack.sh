@@ -169,6 +169,13 @@ max_connections = 300
 shared_buffers = 256MB
 # durability settings (fsync, synchronous_commit, full_page_writes) stay at defaults:
 # the reliability tests depend on them.
+# The sink relays state events from a logical replication slot (pg_logical_emit_message).
+wal_level = logical
+max_replication_slots = 64
+max_wal_senders = 64
+# A relay down for long makes the slot hold WAL; past this the slot is invalidated
+# (the relay then stops and says so) instead of filling the disk.
+max_slot_wal_keep_size = 2GB
 timezone = 'UTC'
 log_timezone = 'UTC'
 logging_collector = off
@@ -198,7 +205,16 @@ EOF
 }
 
 pg_start() {
-  if pg_running; then log "postgres: already running on 127.0.0.1:$PG_PORT"; return 0; fi
+  if pg_running; then
+    # A cluster started by an older stack.sh runs without logical decoding: restart it
+    # once with the settings above (wal_level needs a restart).
+    if [[ $(pg_psql -d postgres -tAc 'show wal_level' 2>/dev/null) == logical ]]; then
+      log "postgres: already running on 127.0.0.1:$PG_PORT"
+      return 0
+    fi
+    log "postgres: running without wal_level=logical; restarting it with the stack's settings"
+    pg_stop
+  fi
   if port_open "$PG_PORT"; then
     die "port 127.0.0.1:$PG_PORT is taken by another process; set PAYSTREAM_STACK_PG_PORT"
   fi
