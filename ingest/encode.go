@@ -42,7 +42,7 @@ func (f *envelopeFields) raw() envelope.Raw {
 		r.Event = *f.event
 	}
 	for _, k := range keptHeaders {
-		if v := f.header.Get(k); v != "" {
+		if v := headerValue(f.header, k); v != "" {
 			if r.Headers == nil {
 				r.Headers = map[string]string{}
 			}
@@ -108,7 +108,7 @@ func appendEnvelope(b []byte, f *envelopeFields) ([]byte, error) {
 	}
 	first := true
 	for _, k := range keptHeaders {
-		v := f.header.Get(k)
+		v := headerValue(f.header, k)
 		if v == "" {
 			continue
 		}
@@ -134,6 +134,15 @@ func appendEnvelope(b []byte, f *envelopeFields) ([]byte, error) {
 		b = appendString(b, clip(f.reason, envelope.MaxReasonBytes))
 	}
 	return append(b, '}'), nil
+}
+
+// headerValue is h.Get(key) for a key already in canonical form, as
+// keptHeaders are, without canonicalizing it again on every request.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // clip cuts s to at most n bytes, at a UTF-8 boundary, so that a record's

@@ -98,6 +98,11 @@ func TestAppendEnvelopeKnowsEveryField(t *testing.T) {
 	if !slices.IsSorted(keptHeaders) {
 		t.Errorf("keptHeaders %v not sorted: JSON object keys from a map are", keptHeaders)
 	}
+	for _, k := range keptHeaders {
+		if http.CanonicalHeaderKey(k) != k {
+			t.Errorf("keptHeaders: %q is not canonical (headerValue looks it up as is)", k)
+		}
+	}
 }
 
 func FuzzAppendEnvelope(f *testing.F) {

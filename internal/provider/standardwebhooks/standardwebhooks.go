@@ -15,6 +15,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -105,12 +106,28 @@ func decodeKey(s string) ([]byte, error) {
 	return base64.RawStdEncoding.DecodeString(s)
 }
 
+// The header names in canonical form, so that the lookups on every request
+// need not canonicalize them again.
+var (
+	canonicalID        = http.CanonicalHeaderKey(HeaderID)
+	canonicalTimestamp = http.CanonicalHeaderKey(HeaderTimestamp)
+	canonicalSignature = http.CanonicalHeaderKey(HeaderSignature)
+)
+
+// headerValue is h.Get(key) for a canonical key.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // Verify checks the request's signature headers against every configured
 // secret; any one matching signature verifies it.
 func (d *Driver) Verify(r *provider.Request) error {
-	id := r.Header.Get(HeaderID)
-	tsText := r.Header.Get(HeaderTimestamp)
-	sigs := strings.Join(r.Header.Values(HeaderSignature), " ")
+	id := headerValue(r.Header, canonicalID)
+	tsText := headerValue(r.Header, canonicalTimestamp)
+	sigs := strings.Join(r.Header[canonicalSignature], " ")
 	switch {
 	case id == "":
 		return provider.Unauthentic(provider.ReasonMissingHeader, HeaderID)
@@ -179,12 +196,12 @@ func (d *Driver) Verify(r *provider.Request) error {
 // NeedsRefetch: its fact is kept as the webhook said it, but the processor
 // applies the refetched state before money moves.
 func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
-	id := r.Header.Get(HeaderID)
+	id := headerValue(r.Header, canonicalID)
 	if err := provider.CheckID(HeaderID, id); err != nil {
 		return provider.Event{}, err
 	}
 	var fallback time.Time
-	if ts, err := parseTimestamp(r.Header.Get(HeaderTimestamp)); err == nil {
+	if ts, err := parseTimestamp(headerValue(r.Header, canonicalTimestamp)); err == nil {
 		fallback = ts
 	}
 	ev, err := ParsePayload(r.Body, fallback)
