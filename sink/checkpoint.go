@@ -10,9 +10,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/topics"
 )
 
-// DefaultCheckpointTopic is SlotConfig.CheckpointTopic's default.
+// DefaultCheckpointTopic is Config.CheckpointTopic's default.
 const DefaultCheckpointTopic = "paystream.sink.checkpoints.v1"
 
 // checkpoint is the value of a checkpoint record, keyed by slot name: the
@@ -57,18 +59,23 @@ func (c *checkpoint) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// ensureCheckpointTopic creates the checkpoint topic, compacted, with one
-// partition, unless it exists.
+// ensureCheckpointTopic creates the checkpoint topic as paystream migrate
+// does (topics.CheckpointSpec: compacted, one partition) unless it exists,
+// so a relay also runs where migrate ran without brokers.
 func ensureCheckpointTopic(ctx context.Context, adm *kadm.Client, topic string) error {
-	topics, err := adm.ListTopics(ctx, topic)
+	listed, err := adm.ListTopics(ctx, topic)
 	if err != nil {
 		return fmt.Errorf("look up checkpoint topic: %w", err)
 	}
-	if topics.Has(topic) {
+	if listed.Has(topic) {
 		return nil
 	}
-	compact := "compact"
-	resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, topic)
+	spec := topics.CheckpointSpec(topic, -1)
+	configs := make(map[string]*string, len(spec.Configs))
+	for k, v := range spec.Configs {
+		configs[k] = &v
+	}
+	resp, err := adm.CreateTopic(ctx, spec.Partitions, spec.ReplicationFactor, configs, topic)
 	if err == nil {
 		err = resp.Err
 	}

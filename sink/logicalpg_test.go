@@ -18,7 +18,7 @@ import (
 	"github.com/paystream/paystream/sink"
 )
 
-// logicalSettings are the server settings the slot relay's tests need; the
+// logicalSettings are the server settings the relay's tests need; the
 // shared test stack gets them too once it runs wal_level = logical.
 var logicalSettings = map[string]string{
 	"wal_level":             "logical",
@@ -26,7 +26,7 @@ var logicalSettings = map[string]string{
 	"max_wal_senders":       "64",
 }
 
-// logicalDB returns a schema of its own, with the slot relay's slot and
+// logicalDB returns a schema of its own, with the relay's slot and
 // publication dropped when the test ends, on a server with wal_level =
 // logical: the shared test database when it runs that, else a private
 // cluster started once per test binary (see privateCluster).
@@ -103,17 +103,7 @@ func privateCluster(t *testing.T, name string, settings map[string]string) *devp
 		if co.dir, co.err = os.MkdirTemp("", "paystream-sink-pg-"); co.err != nil {
 			return
 		}
-		co.c, co.err = devpg.Start(ctx, devpg.Config{DataDir: co.dir, Settings: settings})
-		if co.err != nil {
-			return
-		}
-		conn, err := pgx.Connect(ctx, asSuperuser(co.c.URL()))
-		if err != nil {
-			co.err = err
-			return
-		}
-		defer conn.Close(ctx)
-		_, co.err = conn.Exec(ctx, `ALTER ROLE `+devpg.Role+` REPLICATION`)
+		co.c, co.err = devpg.Start(ctx, devpg.Config{DataDir: co.dir, Settings: settings, Replication: true})
 	})
 	if co.err != nil {
 		t.Fatalf("private Postgres cluster %s: %v", name, co.err)
@@ -139,18 +129,8 @@ func stopClusters() {
 	}
 }
 
-// asSuperuser returns u with the cluster's bootstrap superuser as its user.
-func asSuperuser(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return u
-	}
-	p.User = url.User("postgres")
-	return p.String()
-}
-
 // schemaDB is testenv.NewDB on the private cluster c: a schema of its own,
-// dropped when the test ends, and a pool confined to it. The slot relay
+// dropped when the test ends, and a pool confined to it. The relay
 // needs no tables, so it is not migrated.
 func schemaDB(t *testing.T, c *devpg.Cluster) *testenv.DB {
 	t.Helper()

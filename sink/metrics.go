@@ -6,45 +6,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
+// metrics are the Relay's metrics.
 type metrics struct {
-	published prometheus.Counter
-	errors    prometheus.Counter
-	active    prometheus.Gauge
-	delay     prometheus.Histogram
-}
-
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
-	m := &metrics{
-		published: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_sink_published_total",
-			Help: "State events produced to the normalized topic and marked published.",
-		}),
-		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_sink_errors_total",
-			Help: "Relay rounds that failed (database or broker) and were retried.",
-		}),
-		active: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_sink_active",
-			Help: "1 while this relay holds the relay lock, 0 while it is a standby.",
-		}),
-		delay: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_sink_relay_delay_seconds",
-			Help:    "Time from outbox commit to the broker's acknowledgement.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
-		}),
-	}
-	for _, c := range []prometheus.Collector{m.published, m.errors, m.active, m.delay} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register sink metrics: %w", err)
-		}
-	}
-	return m, nil
-}
-
-// slotMetrics are the SlotRelay's metrics. Their names differ from the
-// outbox Relay's so both can share a registry while the outbox relay
-// remains.
-type slotMetrics struct {
 	lagBytes   prometheus.Gauge
 	lagSeconds prometheus.Gauge
 	published  prometheus.Counter
@@ -55,8 +18,8 @@ type slotMetrics struct {
 	active     prometheus.Gauge
 }
 
-func newSlotMetrics(reg prometheus.Registerer) (*slotMetrics, error) {
-	m := &slotMetrics{
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	m := &metrics{
 		lagBytes: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "paystream_sink_slot_lag_bytes",
 			Help: "WAL the relay's replication slot holds back: the server's current WAL position minus the slot's confirmed position. Postgres keeps this WAL until the relay confirms it.",
@@ -83,17 +46,17 @@ func newSlotMetrics(reg prometheus.Registerer) (*slotMetrics, error) {
 			Help: "Kafka transactions aborted (or of unknown outcome) after a produce or commit failure; their events are published again by a later transaction.",
 		}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_sink_slot_errors_total",
-			Help: "Times the slot relay failed (database or broker) and restarted from its checkpoint.",
+			Name: "paystream_sink_errors_total",
+			Help: "Times the relay failed (database or broker) and restarted from its checkpoint.",
 		}),
 		active: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_sink_slot_active",
+			Name: "paystream_sink_active",
 			Help: "1 while this relay holds the replication slot, 0 while it is a standby.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.lagBytes, m.lagSeconds, m.published, m.skipped, m.txnSeconds, m.aborted, m.errors, m.active} {
 		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register sink slot metrics: %w", err)
+			return nil, fmt.Errorf("register sink metrics: %w", err)
 		}
 	}
 	return m, nil

@@ -1,38 +1,48 @@
-// Package sink relays committed outbox rows to the normalized payment-state
-// topic. One Relay is active at a time (it holds a Postgres advisory lock);
-// others wait as standbys. Rows are produced in id order, which per payment
-// is commit order, keyed by payment so each payment's events stay in order
-// on one partition, with the stable event id "{payment key}:{version}" in a
-// header. A row is marked published only after the broker acknowledged it,
-// so a crash in between re-publishes it: consumers see a repeated event id,
-// never a lost or reordered event.
+// Package sink relays the payment-state events the processor writes into
+// Postgres's write-ahead log (logical decoding messages, see package
+// statelog) to the normalized topic, exactly once for read_committed
+// consumers.
+//
+// The Relay reads the messages from a logical replication slot, one per
+// schema (SlotName). Only one connection can stream a slot: the relay that
+// holds it is the active one, other replicas are standbys that retry it.
+// Whole Postgres transactions, in commit order, go into one Kafka
+// transaction together with a checkpoint record — the WAL position they
+// reach — on a small compacted topic; the slot is confirmed to Postgres
+// only after the Kafka commit. A relay that takes over fences its
+// predecessor's transactional producer, reads the committed checkpoint and
+// skips what the slot sends again below it. So a consumer reading with
+// isolation.level=read_committed sees every event id
+// "{payment key}:{version}" once, each payment's events in order on one
+// partition, and nothing from a rolled-back Postgres transaction.
+//
+// The slot makes Postgres keep WAL until the relay confirms it: a relay
+// down for long holds back WAL up to the server's max_slot_wal_keep_size,
+// past which Postgres invalidates the slot. The active relay emits a small
+// heartbeat message every HeartbeatInterval so the slot moves on a quiet
+// database too.
 package sink
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
-)
-
-// relayLockClass is the first key of the advisory lock the active relay
-// holds ("psnk"); the second is the outbox table's OID, so the lock is one
-// per outbox — per schema — not one per database, and relays of different
-// schemas in one database (tests, shards) do not wait on each other.
-const relayLockClass = 0x70736e6b
-
-// The relay lock's statements; 'outbox' resolves through the search_path.
-const (
-	tryLockSQL = "SELECT pg_try_advisory_lock($1, 'outbox'::regclass::oid::int4)"
-	unlockSQL  = "SELECT pg_advisory_unlock($1, 'outbox'::regclass::oid::int4)"
+	"github.com/paystream/paystream/internal/statelog"
 )
 
 // Config configures a Relay.
@@ -41,14 +51,39 @@ type Config struct {
 	Brokers []string
 	// Topic is the normalized topic. Defaults to paystream.payments.state.v1.
 	Topic string
-	// BatchSize caps the rows relayed per round. Defaults to 1000.
-	BatchSize int
-	// PollInterval is how long the relay sleeps when the outbox is empty.
-	// Defaults to 50ms.
-	PollInterval time.Duration
-	// ProduceTimeout bounds waiting for the broker's acknowledgement.
-	// Defaults to 10s.
-	ProduceTimeout time.Duration
+	// CheckpointTopic holds, per slot, the WAL position the committed
+	// Kafka transactions reached. Run creates it (compacted, one
+	// partition) when missing. Defaults to DefaultCheckpointTopic.
+	CheckpointTopic string
+	// Slot is the logical replication slot, and publication, the relay
+	// reads. Defaults to SlotName of the pool's current schema.
+	Slot string
+	// TransactionalID is the Kafka transactional id; a relay that takes
+	// the slot over fences the producer of the one before with it.
+	// Defaults to "paystream-sink-" followed by Slot.
+	TransactionalID string
+	// MaxBatchEvents caps the state events of one Kafka transaction; a
+	// Postgres transaction is never split, so one with more events goes
+	// alone. Defaults to 5000.
+	MaxBatchEvents int
+	// MaxBatchDelay is how long the relay gathers committed Postgres
+	// transactions before publishing them in one Kafka transaction.
+	// Defaults to 20ms.
+	MaxBatchDelay time.Duration
+	// StatusInterval is how often the relay reports its position to
+	// Postgres when it has nothing new to report; keep it well below the
+	// server's wal_sender_timeout. Defaults to 10s.
+	StatusInterval time.Duration
+	// HeartbeatInterval is how often the active relay emits a heartbeat
+	// message, so the slot's position moves and WAL is recycled on a quiet
+	// database, and refreshes paystream_sink_slot_lag_bytes. Defaults to 10s.
+	HeartbeatInterval time.Duration
+	// StandbyRetry is how often a standby tries to take the slot. Defaults
+	// to 1s.
+	StandbyRetry time.Duration
+	// TransactionTimeout is the Kafka transaction timeout, and bounds
+	// flushing and committing one. Defaults to 30s.
+	TransactionTimeout time.Duration
 	// KafkaOpts are extra franz-go options.
 	KafkaOpts []kgo.Opt
 	// Logger defaults to slog.Default().
@@ -57,15 +92,34 @@ type Config struct {
 	Registerer prometheus.Registerer
 }
 
-// Relay copies the outbox to Kafka.
+// Relay publishes the state messages the processor writes into the WAL
+// (see package statelog) to the normalized topic, exactly once for
+// read_committed consumers.
+//
+// It reads them from a logical replication slot, which only one
+// connection can stream at a time: the relay holding it is the active one,
+// others are standbys retrying every StandbyRetry. Whole Postgres
+// transactions, in commit order, go into one Kafka transaction together
+// with a checkpoint record (the end LSN of the last of them); the slot is
+// confirmed only after the Kafka commit. A relay that takes over fences
+// its predecessor's producer (same transactional id), reads the committed
+// checkpoint back and skips the Postgres transactions the slot sends again
+// that end at or below it.
 type Relay struct {
 	cfg     Config
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *metrics
+	// prefix is the state messages' prefix: the pool's current schema's.
+	prefix string
+
+	// afterCommit, when set (by tests), runs after each Kafka commit,
+	// before the slot is confirmed; an error ends the session there.
+	afterCommit func(pglogrepl.LSN) error
 }
 
-// New validates cfg and returns a Relay reading from pool.
+// New validates cfg and returns a Relay on pool's database
+// and schema.
 func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("sink: pool is required")
@@ -76,17 +130,36 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if cfg.Topic == "" {
 		cfg.Topic = envelope.TopicState
 	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 1000
+	if cfg.CheckpointTopic == "" {
+		cfg.CheckpointTopic = DefaultCheckpointTopic
 	}
-	if cfg.BatchSize < 0 {
-		return nil, fmt.Errorf("sink config: BatchSize %d must be positive", cfg.BatchSize)
+	if len(cfg.Slot) > maxIdentifier {
+		return nil, fmt.Errorf("sink config: Slot %q is longer than %d bytes", cfg.Slot, maxIdentifier)
 	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 50 * time.Millisecond
+	if cfg.MaxBatchEvents == 0 {
+		cfg.MaxBatchEvents = 5000
 	}
-	if cfg.ProduceTimeout == 0 {
-		cfg.ProduceTimeout = 10 * time.Second
+	defaults := []struct {
+		name string
+		d    *time.Duration
+		def  time.Duration
+	}{
+		{"MaxBatchDelay", &cfg.MaxBatchDelay, 20 * time.Millisecond},
+		{"StatusInterval", &cfg.StatusInterval, 10 * time.Second},
+		{"HeartbeatInterval", &cfg.HeartbeatInterval, 10 * time.Second},
+		{"StandbyRetry", &cfg.StandbyRetry, time.Second},
+		{"TransactionTimeout", &cfg.TransactionTimeout, 30 * time.Second},
+	}
+	for _, d := range defaults {
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+		if *d.d < 0 {
+			return nil, fmt.Errorf("sink config: %s %s must be positive", d.name, *d.d)
+		}
+	}
+	if cfg.MaxBatchEvents < 0 {
+		return nil, fmt.Errorf("sink config: MaxBatchEvents %d must be positive", cfg.MaxBatchEvents)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -101,128 +174,433 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m}, nil
 }
 
-// Run relays until ctx is canceled. It retries failures (database or
-// broker down) with backoff and returns nil on cancellation.
-func (r *Relay) Run(ctx context.Context) error {
-	opts := append([]kgo.Opt{
-		kgo.SeedBrokers(r.cfg.Brokers...),
-		kgo.DefaultProduceTopic(r.cfg.Topic),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-	}, r.cfg.KafkaOpts...)
-	cl, err := kgo.NewClient(opts...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
+// errSlotBusy says another relay streams the slot: this one is a standby.
+var errSlotBusy = errors.New("replication slot is active in another relay")
 
+// Run relays until ctx is canceled, and then returns nil. It returns an
+// error wrapping ErrWALLevel at once when the server cannot do logical
+// decoding; other failures (database, broker, a lost slot) it logs and
+// retries, starting over from the Kafka checkpoint.
+func (r *Relay) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
+	ready := false // set up; standbys retrying the slot need not redo it
 	for ctx.Err() == nil {
-		err := r.lead(ctx, cl)
-		if err == nil || ctx.Err() != nil {
+		var err error
+		if !ready {
+			err = r.setup(ctx)
+			ready = err == nil
+		}
+		if ready {
+			err = r.lead(ctx)
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrWALLevel):
+			return err
+		case errors.Is(err, errSlotBusy):
+			r.log.Debug("slot busy, standing by", "slot", r.cfg.Slot)
+			backoff = 100 * time.Millisecond
+			sleep(ctx, r.cfg.StandbyRetry)
+			continue
+		case err == nil:
 			continue
 		}
+		ready = false
 		r.metrics.errors.Inc()
-		r.log.Warn("relay failed, retrying", "error", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
+		r.log.Warn("slot relay failed, restarting from the checkpoint", "error", err, "backoff", backoff)
+		sleep(ctx, backoff)
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	return nil
 }
 
-// lead takes the relay lock (waiting as a standby while another relay holds
-// it) and relays until ctx ends or something fails.
-func (r *Relay) lead(ctx context.Context, cl *kgo.Client) error {
-	conn, err := r.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquire connection: %w", err)
+// setup checks the server, names the slot and transactional id, and
+// creates what is missing: the slot, its publication and the checkpoint
+// topic.
+func (r *Relay) setup(ctx context.Context) error {
+	if err := CheckWALLevel(ctx, r.pool); err != nil {
+		return err
 	}
-	defer conn.Release()
+	var schema string
+	if err := r.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return fmt.Errorf("read current schema: %w", err)
+	}
+	r.prefix = statelog.Prefix(schema)
+	if r.cfg.Slot == "" {
+		r.cfg.Slot = SlotName(schema)
+	}
+	if r.cfg.TransactionalID == "" {
+		r.cfg.TransactionalID = "paystream-sink-" + r.cfg.Slot
+	}
+	if err := createSlot(ctx, r.pool, r.cfg.Slot); err != nil {
+		return err
+	}
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, r.cfg.KafkaOpts...), kgo.SeedBrokers(r.cfg.Brokers...))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	return ensureCheckpointTopic(ctx, kadm.NewClient(cl), r.cfg.CheckpointTopic)
+}
+
+// lead takes the slot, fences the previous relay's producer, reads the
+// checkpoint and relays until ctx ends or something fails. It returns
+// errSlotBusy when another relay streams the slot.
+func (r *Relay) lead(ctx context.Context) error {
+	conn, err := pgconn.ConnectConfig(ctx, replicationConfig(r.pool))
+	if err != nil {
+		return fmt.Errorf("open replication connection: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	sys, err := pglogrepl.IdentifySystem(ctx, conn)
+	if err != nil {
+		return fmt.Errorf("identify system: %w", err)
+	}
+	// The slot is exclusive: taking it is taking the leadership.
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + r.cfg.Slot + "'",
+			"messages 'true'",
+		},
+	})
+	if isSQLState(err, sqlstateObjectInUse) {
+		return errSlotBusy
+	}
+	if err != nil {
+		return fmt.Errorf("start replication on slot %s: %w", r.cfg.Slot, err)
+	}
+
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, r.cfg.KafkaOpts...),
+		kgo.SeedBrokers(r.cfg.Brokers...),
+		kgo.TransactionalID(r.cfg.TransactionalID),
+		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	// Initializing the producer id bumps the transactional id's epoch:
+	// the previous relay's open transaction is aborted and its producer
+	// fenced, so nothing it has in flight can commit after we read the
+	// checkpoint.
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("fence previous relay (init producer id): %w", err)
+	}
+	ckpt, err := readCheckpoint(ctx, r.cfg.Brokers, r.cfg.KafkaOpts, r.cfg.CheckpointTopic, r.cfg.Slot)
+	if err != nil {
+		return err
+	}
+	if ckpt.LSN != 0 && (ckpt.SystemID != sys.SystemID || ckpt.Timeline != sys.Timeline) {
+		r.log.Warn("ignoring the checkpoint of another WAL history (database restored or replaced)",
+			"slot", r.cfg.Slot, "checkpoint_lsn", ckpt.LSN, "checkpoint_system_id", ckpt.SystemID,
+			"checkpoint_timeline", ckpt.Timeline, "system_id", sys.SystemID, "timeline", sys.Timeline)
+		ckpt = checkpoint{}
+	}
+
+	r.metrics.active.Set(1)
+	defer r.metrics.active.Set(0)
+	r.log.Info("slot relay active", "slot", r.cfg.Slot, "checkpoint_lsn", ckpt.LSN)
+
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	var hb sync.WaitGroup
+	hb.Go(func() { r.heartbeat(hbCtx) })
+	defer func() { stopHeartbeat(); hb.Wait() }()
+
+	s := &session{r: r, conn: conn, cl: cl, ckpt: ckpt, systemID: sys.SystemID, timeline: sys.Timeline}
+	// A relay that stopped between its Kafka commit and confirming the
+	// slot left the slot behind the checkpoint: confirm it now.
+	if err := s.confirm(ckpt.LSN, time.Time{}); err != nil {
+		return err
+	}
+	return s.run(ctx)
+}
+
+// heartbeat emits a heartbeat message and measures the slot's lag every
+// HeartbeatInterval until ctx ends.
+func (r *Relay) heartbeat(ctx context.Context) {
+	t := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer t.Stop()
 	for {
-		var got bool
-		if err := conn.QueryRow(ctx, tryLockSQL, relayLockClass).Scan(&got); err != nil {
-			return fmt.Errorf("take relay lock: %w", err)
+		var lag int64
+		err := r.pool.QueryRow(ctx, `
+			SELECT coalesce(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+			  FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&lag)
+		if err == nil {
+			r.metrics.lagBytes.Set(float64(lag))
+			_, err = r.pool.Exec(ctx, statelog.HeartbeatSQL)
 		}
-		if got {
-			break
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("slot heartbeat failed", "error", err)
 		}
-		r.metrics.active.Set(0)
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-time.After(time.Second):
+			return
+		case <-t.C:
 		}
 	}
-	r.metrics.active.Set(1)
-	r.log.Info("relay active")
-	defer func() {
-		r.metrics.active.Set(0)
-		// Unlock on a live connection; on a dead one the lock died with it.
-		_, _ = conn.Exec(context.Background(), unlockSQL, relayLockClass)
-	}()
-	for ctx.Err() == nil {
-		n, err := r.relayOnce(ctx, conn.Conn(), cl)
-		if err != nil {
-			return err
-		}
-		if n == 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(r.cfg.PollInterval):
+}
+
+// session is one leadership: a streaming replication connection and a
+// transactional producer.
+type session struct {
+	r        *Relay
+	conn     *pgconn.PgConn
+	cl       *kgo.Client
+	systemID string
+	timeline int32
+
+	// ckpt is the newest checkpoint committed in Kafka.
+	ckpt checkpoint
+	// confirmed is the position last reported to the slot; nextStatus is
+	// when to report it again.
+	confirmed  pglogrepl.LSN
+	nextStatus time.Time
+
+	// The Postgres transaction being decoded.
+	inTxn   bool
+	txn     []*kgo.Record
+	txnTime time.Time // its commit time
+
+	// Committed Postgres transactions waiting for a Kafka transaction:
+	// their records, the end LSN and commit time of the last of them, and
+	// when the first arrived.
+	pending     []*kgo.Record
+	pendingEnd  pglogrepl.LSN
+	pendingTime time.Time
+	pendingAt   time.Time
+}
+
+// run streams until ctx ends or something fails.
+func (s *session) run(ctx context.Context) error {
+	cfg := s.r.cfg
+	for {
+		now := time.Now()
+		if len(s.pending) > 0 && !now.Before(s.pendingAt.Add(cfg.MaxBatchDelay)) {
+			if err := s.publish(ctx); err != nil {
+				return err
 			}
+			continue
+		}
+		if !now.Before(s.nextStatus) {
+			if err := s.confirm(s.confirmed, time.Time{}); err != nil {
+				return err
+			}
+		}
+		deadline := s.nextStatus
+		if flushAt := s.pendingAt.Add(cfg.MaxBatchDelay); len(s.pending) > 0 && flushAt.Before(deadline) {
+			deadline = flushAt
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		msg, err := s.conn.ReceiveMessage(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && pgconn.Timeout(err):
+			continue
+		case err != nil:
+			return fmt.Errorf("receive from slot: %w", err)
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			if err := s.handle(ctx, msg.Data); err != nil {
+				return err
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("replication stream: %w", pgconn.ErrorResponseToPgError(msg))
+		}
+	}
+}
+
+// handle processes one message of the replication stream.
+func (s *session) handle(ctx context.Context, data []byte) error {
+	if len(data) == 0 {
+		return nil
+	}
+	switch data[0] {
+	case pglogrepl.PrimaryKeepaliveMessageByteID:
+		pkm, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse keepalive: %w", err)
+		}
+		if pkm.ReplyRequested {
+			s.nextStatus = time.Time{}
+		}
+		return nil
+	case pglogrepl.XLogDataByteID:
+		xld, err := pglogrepl.ParseXLogData(data[1:])
+		if err != nil {
+			return fmt.Errorf("parse xlog data: %w", err)
+		}
+		m, err := pglogrepl.Parse(xld.WALData)
+		if err != nil {
+			return fmt.Errorf("parse pgoutput message at %s: %w", xld.WALStart, err)
+		}
+		return s.decoded(ctx, m)
+	}
+	return nil
+}
+
+// decoded processes one pgoutput message.
+func (s *session) decoded(ctx context.Context, m pglogrepl.Message) error {
+	switch m := m.(type) {
+	case *pglogrepl.BeginMessage:
+		s.inTxn, s.txn, s.txnTime = true, s.txn[:0], m.CommitTime
+	case *pglogrepl.LogicalDecodingMessage:
+		if m.Prefix != s.r.prefix {
+			return nil // another schema's, a heartbeat, anyone else's
+		}
+		if !m.Transactional || !s.inTxn {
+			s.r.log.Warn("ignoring a non-transactional state message", "lsn", m.LSN)
+			return nil
+		}
+		// The stream's buffer is reused by the next receive: the record
+		// keeps its own copy.
+		ev, err := statelog.Decode(bytes.Clone(m.Content))
+		if err != nil {
+			// A frame this relay cannot read (a newer format?) must not be
+			// skipped: stop here, every restart stops here too, until a
+			// relay that reads it runs.
+			return fmt.Errorf("state message at %s: %w", m.LSN, err)
+		}
+		rec := &kgo.Record{Topic: s.r.cfg.Topic, Key: []byte(ev.Key), Value: ev.Payload}
+		rec.Headers = make([]kgo.RecordHeader, 0, len(ev.Headers)+1)
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.HeaderEventID, Value: []byte(ev.EventID())})
+		for _, h := range ev.Headers {
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		s.txn = append(s.txn, rec)
+	case *pglogrepl.CommitMessage:
+		s.inTxn = false
+		end := m.TransactionEndLSN
+		switch {
+		case end <= s.ckpt.LSN:
+			// Published before the last relay could confirm it.
+			if len(s.txn) > 0 {
+				s.r.metrics.skipped.Inc()
+			}
+		case len(s.txn) == 0 && len(s.pending) == 0:
+			// Nothing of ours and nothing waiting: the slot may move past
+			// it at once (heartbeats, other schemas' transactions).
+			if end > s.confirmed {
+				return s.confirm(end, m.CommitTime)
+			}
+		default:
+			if len(s.pending) == 0 {
+				s.pendingAt = time.Now()
+			}
+			s.pending = append(s.pending, s.txn...)
+			s.pendingEnd, s.pendingTime = end, m.CommitTime
+		}
+		s.txn = s.txn[:0]
+		if len(s.pending) >= s.r.cfg.MaxBatchEvents {
+			return s.publish(ctx)
 		}
 	}
 	return nil
 }
 
-type outboxRow struct {
-	ID         int64
-	PaymentKey string
-	EventID    string
-	Payload    []byte
-	CreatedAt  time.Time
+// publish sends the pending transactions' records and the checkpoint of
+// the last of them in one Kafka transaction and, once it committed,
+// confirms the slot up to there.
+func (s *session) publish(ctx context.Context) error {
+	ckpt := checkpoint{LSN: s.pendingEnd, SystemID: s.systemID, Timeline: s.timeline}
+	ckptRec, err := checkpointRecord(s.r.cfg.CheckpointTopic, s.r.cfg.Slot, ckpt)
+	if err != nil {
+		return err
+	}
+	// Not canceled with ctx: a commit cut short has an unknown outcome.
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.r.cfg.TransactionTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := s.cl.BeginTransaction(); err != nil {
+		return fmt.Errorf("begin kafka transaction: %w", err)
+	}
+	var (
+		mu       sync.Mutex
+		firstErr error
+	)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			mu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			mu.Unlock()
+		}
+	}
+	for _, rec := range s.pending {
+		s.cl.Produce(tctx, rec, promise)
+	}
+	s.cl.Produce(tctx, ckptRec, promise)
+	err = s.cl.Flush(tctx)
+	mu.Lock()
+	err = cmp.Or(err, firstErr)
+	mu.Unlock()
+	if err != nil {
+		s.abort(tctx)
+		return fmt.Errorf("produce state events: %w", err)
+	}
+	if err := s.cl.EndTransaction(tctx, kgo.TryCommit); err != nil {
+		s.abort(tctx)
+		return fmt.Errorf("commit kafka transaction: %w", err)
+	}
+	s.r.metrics.txnSeconds.Observe(time.Since(start).Seconds())
+	s.r.metrics.published.Add(float64(len(s.pending)))
+	s.ckpt = ckpt
+	if hook := s.r.afterCommit; hook != nil {
+		if err := hook(ckpt.LSN); err != nil {
+			return err
+		}
+	}
+	end, at := s.pendingEnd, s.pendingTime
+	clear(s.pending)
+	s.pending = s.pending[:0]
+	return s.confirm(end, at)
 }
 
-// relayOnce produces the oldest unpublished rows and marks them published.
-func (r *Relay) relayOnce(ctx context.Context, conn *pgx.Conn, cl *kgo.Client) (int, error) {
-	rows, err := conn.Query(ctx, `
-		SELECT id, payment_key, event_id, payload, created_at FROM outbox
-		 WHERE published_at IS NULL ORDER BY id LIMIT $1`, r.cfg.BatchSize)
+// abort ends the open Kafka transaction without committing it. The
+// session ends after it either way: the next one fences this producer and
+// starts from the checkpoint.
+func (s *session) abort(ctx context.Context) {
+	s.r.metrics.aborted.Inc()
+	if err := s.cl.AbortBufferedRecords(ctx); err != nil {
+		s.r.log.Warn("abort buffered records", "error", err)
+	}
+	if err := s.cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		s.r.log.Warn("abort kafka transaction", "error", err)
+	}
+}
+
+// confirm reports lsn to the slot as written and flushed (a position at or
+// below the last one reports the last one again): Postgres may then
+// recycle the WAL before it. commitTime, when known, is the commit time of
+// the transaction ending at lsn, for paystream_sink_slot_lag_seconds.
+func (s *session) confirm(lsn pglogrepl.LSN, commitTime time.Time) error {
+	s.confirmed = max(s.confirmed, lsn)
+	err := pglogrepl.SendStandbyStatusUpdate(context.Background(), s.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: s.confirmed,
+	})
 	if err != nil {
-		return 0, fmt.Errorf("read outbox: %w", err)
+		return fmt.Errorf("confirm slot position %s: %w", s.confirmed, err)
 	}
-	batch, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
-	if err != nil {
-		return 0, fmt.Errorf("read outbox: %w", err)
+	if !commitTime.IsZero() {
+		s.r.metrics.lagSeconds.Set(max(0, time.Since(commitTime).Seconds()))
 	}
-	if len(batch) == 0 {
-		return 0, nil
+	s.nextStatus = time.Now().Add(s.r.cfg.StatusInterval)
+	return nil
+}
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
-	recs := make([]*kgo.Record, len(batch))
-	ids := make([]int64, len(batch))
-	for i, row := range batch {
-		recs[i] = &kgo.Record{
-			Key:   []byte(row.PaymentKey),
-			Value: row.Payload,
-			Headers: []kgo.RecordHeader{
-				{Key: envelope.HeaderEventID, Value: []byte(row.EventID)},
-			},
-		}
-		ids[i] = row.ID
-	}
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.ProduceTimeout)
-	defer cancel()
-	if err := cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
-		return 0, fmt.Errorf("produce state events: %w", err)
-	}
-	if _, err := conn.Exec(ctx, `UPDATE outbox SET published_at = now() WHERE id = ANY($1)`, ids); err != nil {
-		return 0, fmt.Errorf("mark published: %w", err)
-	}
-	r.metrics.published.Add(float64(len(batch)))
-	r.metrics.delay.Observe(time.Since(batch[len(batch)-1].CreatedAt).Seconds())
-	return len(batch), nil
 }

@@ -12,17 +12,18 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// ErrWALLevel is what CheckWALLevel and SlotRelay.Run return when the
+// ErrWALLevel is what CheckWALLevel and Relay.Run return when the
 // server cannot do logical decoding; its message says what to set.
-var ErrWALLevel = errors.New("sink: Postgres must run with wal_level = logical " +
-	"(set wal_level = logical, max_replication_slots and max_wal_senders to at least 1 per relay plus what replicas use, " +
-	"e.g. in postgresql.conf or with ALTER SYSTEM, then restart Postgres)")
+var ErrWALLevel = errors.New("wal_level must be logical for the sink's replication slot " +
+	"(set wal_level = logical, and max_replication_slots and max_wal_senders to at least 1 per sink plus what replicas use, " +
+	"in postgresql.conf or with ALTER SYSTEM, then restart Postgres)")
 
 // SQLSTATEs the slot code tells apart.
 const (
-	sqlstateObjectInUse     = "55006" // replication slot is active for another process
-	sqlstateUndefinedObject = "42704" // replication slot does not exist
-	sqlstateDuplicateObject = "42710" // slot or publication created concurrently
+	sqlstateObjectInUse           = "55006" // replication slot is active for another process
+	sqlstateUndefinedObject       = "42704" // replication slot does not exist
+	sqlstateDuplicateObject       = "42710" // slot or publication created concurrently
+	sqlstateInsufficientPrivilege = "42501" // no REPLICATION attribute
 )
 
 // maxIdentifier is Postgres's limit on a name (NAMEDATALEN-1).
@@ -82,7 +83,7 @@ func CheckWALLevel(ctx context.Context, q querier) error {
 // connection's current schema (see SlotName), and returns the slot's name.
 // The slot keeps every state message committed after it exists, so the
 // processor's messages are safe from the first one once migrate has called
-// this; SlotRelay.Run calls it too. It needs the REPLICATION attribute (or
+// this; Relay.Run calls it too. It needs the REPLICATION attribute (or
 // superuser) and CREATE on the database.
 func SetupSlot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	if err := CheckWALLevel(ctx, pool); err != nil {
@@ -115,7 +116,10 @@ func createSlot(ctx context.Context, q querier, slot string) error {
 	}
 	if !exists {
 		_, err := q.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
-		if err != nil && !isSQLState(err, sqlstateDuplicateObject) {
+		switch {
+		case isSQLState(err, sqlstateInsufficientPrivilege):
+			return fmt.Errorf("create replication slot %s (grant the role REPLICATION: ALTER ROLE name REPLICATION): %w", slot, err)
+		case err != nil && !isSQLState(err, sqlstateDuplicateObject):
 			return fmt.Errorf("create replication slot %s: %w", slot, err)
 		}
 	}

@@ -28,6 +28,7 @@ type devCmd struct {
 	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
 	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
 	topicFlags
+	checkpointFlags
 	topicLayoutFlags
 	ingestFlags
 }
@@ -35,8 +36,9 @@ type devCmd struct {
 func (c *devCmd) Help() string {
 	return `Everything in one process, for trying paystream and for local development: an embedded Kafka
 (franz-go's kfake, data under --data-dir/kafka) unless PAYSTREAM_KAFKA_BROKERS is set, and a private
-PostgreSQL cluster started from the machine's binaries (data under --data-dir/postgres) unless
-PAYSTREAM_DATABASE_URL is set. It migrates, starts ingest, processor and sink, and prints the webhook
+PostgreSQL cluster started from the machine's binaries (data under --data-dir/postgres, with
+wal_level=logical for the sink's replication slot) unless PAYSTREAM_DATABASE_URL is set. It
+migrates, sets up the slot, starts ingest, processor and sink, and prints the webhook
 URL with a ready-to-paste example request. Inspect the result with
 'paystream inspect payment --data-dir DIR --source SOURCE --id PAYMENT_ID'.`
 }
@@ -92,7 +94,10 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	dbURL := c.DatabaseURL
 	if dbURL == "" {
 		pgDir := filepath.Join(dataDir, "postgres")
-		cluster, err := devpg.Start(ctx, devpg.Config{DataDir: pgDir, Logger: e.log.With("component", "devpg")})
+		cluster, err := devpg.Start(ctx, devpg.Config{
+			DataDir: pgDir, Settings: devPostgresSettings, Replication: true,
+			Logger: e.log.With("component", "devpg"),
+		})
 		if err != nil {
 			return fmt.Errorf("start private postgres: %w", err)
 		}
@@ -112,10 +117,21 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
+	if err := sink.CheckWALLevel(ctx, pool); err != nil {
+		if c.DatabaseURL == "" {
+			return fmt.Errorf("%w (the private Postgres under %s was started by an older paystream: stop it with pg_ctl stop -D %s, then run dev again)",
+				err, filepath.Join(dataDir, "postgres"), filepath.Join(dataDir, "postgres"))
+		}
+		return err
+	}
+	// As migrate: the slot before the schema.
+	if _, err := sink.SetupSlot(ctx, pool); err != nil {
+		return err
+	}
 	if _, err := migrations.Apply(ctx, pool); err != nil {
 		return err
 	}
-	layout, err := topicLayout(c.topicFlags, c.topicLayoutFlags, c.Partitions, -1, sources)
+	layout, err := topicLayout(c.topicFlags, c.CheckpointTopic, c.topicLayoutFlags, c.Partitions, -1, sources)
 	if err != nil {
 		return err
 	}
@@ -145,7 +161,7 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	relay, err := sink.New(pool, sink.Config{
-		Brokers: brokers, Topic: c.StateTopic,
+		Brokers: brokers, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic,
 		Logger: e.log.With("component", "sink"), Registerer: e.reg,
 	})
 	if err != nil {
@@ -174,6 +190,15 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// devPostgresSettings are the private cluster's server settings: logical
+// decoding for the sink's replication slot.
+var devPostgresSettings = map[string]string{
+	"wal_level":              "logical",
+	"max_replication_slots":  "10",
+	"max_wal_senders":        "10",
+	"max_slot_wal_keep_size": "1GB",
 }
 
 // bannerAddr is the host:port a local client reaches addr at: the loopback

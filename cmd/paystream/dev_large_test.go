@@ -17,11 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/testenv"
+	"github.com/paystream/paystream/sink"
 )
 
 // TestDevAcceptsLargestBody: in `paystream dev`, on the embedded kfake
@@ -58,6 +60,17 @@ func TestDevAcceptsLargestBody(t *testing.T) {
 
 func devLargestBody(t *testing.T, env []string) {
 	db := testenv.NewDB(t)
+	// dev creates the schema's replication slot; on the shared server it
+	// would hold WAL after the test. Runs after dev stopped (below).
+	t.Cleanup(func() {
+		slot := sink.SlotName(db.Schema)
+		ctx := context.Background()
+		testenv.WaitFor(t, 30*time.Second, func() error {
+			_, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+			return err
+		})
+		_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{slot}.Sanitize())
+	})
 	dir := t.TempDir()
 	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	sources := filepath.Join(dir, "sources.yaml")

@@ -71,6 +71,11 @@ type Config struct {
 	// Defaults to none.
 	Settings map[string]string
 
+	// Replication gives the paystream role the REPLICATION attribute, which
+	// creating and streaming a logical replication slot needs (the sink's).
+	// Defaults to false.
+	Replication bool
+
 	// Logger receives progress messages. Defaults to discarding them.
 	Logger *slog.Logger
 }
@@ -81,6 +86,7 @@ type Cluster struct {
 	port     int
 	run      *runner
 	settings map[string]string
+	repl     bool
 	logger   *slog.Logger
 }
 
@@ -111,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devpg: %w", err)
 	}
-	c := &Cluster{dataDir: dataDir, run: run, settings: cfg.Settings, logger: logger}
+	c := &Cluster{dataDir: dataDir, run: run, settings: cfg.Settings, repl: cfg.Replication, logger: logger}
 
 	if err := run.prepareDataDir(dataDir); err != nil {
 		return nil, fmt.Errorf("devpg: %w", err)
@@ -359,8 +365,10 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", Role).Scan(&exists); err != nil {
+	var exists, replication bool
+	err := conn.QueryRow(ctx, "SELECT count(*) > 0, coalesce(bool_or(rolreplication), false) FROM pg_roles WHERE rolname = $1", Role).
+		Scan(&exists, &replication)
+	if err != nil {
 		return fmt.Errorf("look up role %s: %w", Role, err)
 	}
 	if !exists {
@@ -368,6 +376,11 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 		_, err := conn.Exec(ctx, "CREATE ROLE "+pgx.Identifier{Role}.Sanitize()+" LOGIN CREATEDB")
 		if err != nil && !isSQLState(err, "42710") { // duplicate_object: created concurrently
 			return fmt.Errorf("create role %s: %w", Role, err)
+		}
+	}
+	if c.repl && !replication {
+		if _, err := conn.Exec(ctx, "ALTER ROLE "+pgx.Identifier{Role}.Sanitize()+" REPLICATION"); err != nil {
+			return fmt.Errorf("grant role %s replication: %w", Role, err)
 		}
 	}
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", Database).Scan(&exists); err != nil {

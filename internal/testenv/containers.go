@@ -71,6 +71,10 @@ func postgresContainer() (string, error) {
 			tcpostgres.WithDatabase("paystream"),
 			tcpostgres.WithUsername("paystream"),
 			tcpostgres.WithPassword("paystream"),
+			// The sink reads a logical replication slot; as in
+			// docker-compose.yml and deploy/stack.sh.
+			testcontainers.WithCmdArgs("-c", "wal_level=logical", "-c", "max_replication_slots=64",
+				"-c", "max_wal_senders=64", "-c", "max_slot_wal_keep_size=2GB"),
 			tcpostgres.BasicWaitStrategies(),
 		)
 		if ctr != nil {

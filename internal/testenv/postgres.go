@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paystream/paystream/migrations"
@@ -87,6 +89,46 @@ func dropSchema(t testing.TB, base, schema string) {
 	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
 		t.Errorf("testenv: drop schema %s: %v", schema, err)
+	}
+	dropReplication(ctx, t, conn, schema)
+}
+
+// dropReplication drops the sink's replication slot and publication of
+// schema, if a test made them: they belong to the database, not the schema,
+// and a slot left behind keeps WAL forever. The names follow sink.SlotName
+// for testenv's schema names (t_ and hex digits: nothing to escape or cut).
+func dropReplication(ctx context.Context, t testing.TB, conn *pgx.Conn, schema string) {
+	name := "paystream_" + schema
+	// A relay still streaming holds the slot: end its WAL sender first.
+	_, err := conn.Exec(ctx, `
+		SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+		 WHERE slot_name = $1 AND active_pid IS NOT NULL`, name)
+	if err == nil {
+		err = dropSlot(ctx, conn, name)
+	}
+	if err == nil {
+		_, err = conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{name}.Sanitize())
+	}
+	if err != nil {
+		t.Errorf("testenv: drop replication slot %s: %v", name, err)
+	}
+}
+
+// dropSlot drops slot name if it exists, waiting the moment a terminated
+// WAL sender takes to release it.
+func dropSlot(ctx context.Context, conn *pgx.Conn, name string) error {
+	for delay := 10 * time.Millisecond; ; delay = min(2*delay, time.Second) {
+		_, err := conn.Exec(ctx, `
+			SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" { // object_in_use: still active
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
 	}
 }
 

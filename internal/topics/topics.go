@@ -32,6 +32,7 @@ const (
 	ConfigMaxMessageBytes   = "max.message.bytes"
 	ConfigCompressionType   = "compression.type"
 	ConfigMinInsyncReplicas = "min.insync.replicas"
+	ConfigCleanupPolicy     = "cleanup.policy"
 )
 
 // compressionType is every topic's compression.type: the broker keeps the
@@ -44,10 +45,14 @@ const compressionType = "producer"
 // acks=all write survives the loss of any one broker.
 const minInsync = 2
 
-// Layout is paystream's three topics as an operator configures them.
+// Layout is paystream's topics as an operator configures them.
 type Layout struct {
 	// Raw, State and DLQ are the topic names. Required.
 	Raw, State, DLQ string
+	// Checkpoint is the sink's checkpoint topic (see CheckpointSpec).
+	// Defaults to "": no checkpoint topic (paystream migrate and dev
+	// always name one).
+	Checkpoint string
 	// Partitions of the raw and state topics when creating them. Required.
 	Partitions int32
 	// DLQPartitions of the DLQ topic when creating it. Defaults to
@@ -80,7 +85,7 @@ type Spec struct {
 	Configs map[string]string
 }
 
-// Specs returns l's topics: raw, state, DLQ.
+// Specs returns l's topics: raw, state, DLQ and, when named, checkpoint.
 func (l Layout) Specs() ([]Spec, error) {
 	if l.Raw == "" || l.State == "" || l.DLQ == "" {
 		return nil, errors.New("topic layout: topic names are required")
@@ -101,7 +106,7 @@ func (l Layout) Specs() ([]Spec, error) {
 		l.DLQRetention = DefaultDLQRetention
 	}
 	maxMsg := strconv.Itoa(int(l.MaxMessageBytes))
-	return []Spec{
+	specs := []Spec{
 		{Name: l.Raw, Partitions: l.Partitions, ReplicationFactor: l.ReplicationFactor, Configs: map[string]string{
 			ConfigRetentionMs:     strconv.FormatInt(l.RawRetention.Milliseconds(), 10),
 			ConfigMaxMessageBytes: maxMsg,
@@ -115,7 +120,24 @@ func (l Layout) Specs() ([]Spec, error) {
 			ConfigMaxMessageBytes: maxMsg,
 			ConfigCompressionType: compressionType,
 		}},
-	}, nil
+	}
+	if l.Checkpoint != "" {
+		specs = append(specs, CheckpointSpec(l.Checkpoint, l.ReplicationFactor))
+	}
+	return specs, nil
+}
+
+// CheckpointSpec is the sink's checkpoint topic: one record per replication
+// slot, rewritten in every Kafka transaction of its relay, of which the
+// relay only ever reads the newest. So it is compacted (cleanup.policy
+// compact, no time retention) and has one partition, which a relay reads
+// from its start when it takes over. replicationFactor -1 is the broker's
+// default.
+func CheckpointSpec(name string, replicationFactor int16) Spec {
+	return Spec{Name: name, Partitions: 1, ReplicationFactor: replicationFactor, Configs: map[string]string{
+		ConfigCleanupPolicy:   "compact",
+		ConfigCompressionType: compressionType,
+	}}
 }
 
 // Drift is one difference between a live topic and its Spec.

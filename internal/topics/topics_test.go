@@ -31,11 +31,11 @@ func admin(t *testing.T) *kadm.Client {
 func layout(t *testing.T, adm *kadm.Client) topics.Layout {
 	t.Helper()
 	g := strings.TrimPrefix(testenv.Group(t), "g-") // unique per test
-	l := topics.Layout{Raw: "raw-" + g, State: "state-" + g, DLQ: "dlq-" + g, Partitions: 3, MaxMessageBytes: 1_463_640}
+	l := topics.Layout{Raw: "raw-" + g, State: "state-" + g, DLQ: "dlq-" + g, Checkpoint: "ckpt-" + g, Partitions: 3, MaxMessageBytes: 1_463_640}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := adm.DeleteTopics(ctx, l.Raw, l.State, l.DLQ); err != nil {
+		if _, err := adm.DeleteTopics(ctx, l.Raw, l.State, l.DLQ, l.Checkpoint); err != nil {
 			t.Errorf("delete topics: %v", err)
 		}
 	})
@@ -82,8 +82,9 @@ func partitions(t *testing.T, adm *kadm.Client, topic string) int {
 	return int(n)
 }
 
-// TestEnsureCreatesTopicsWithConfigs: Ensure creates the three topics
-// with their partitions and configs, as DescribeTopicConfigs reads them
+// TestEnsureCreatesTopicsWithConfigs: Ensure creates the four topics
+// (the sink's checkpoint topic compacted, with one partition) with their
+// partitions and configs, as DescribeTopicConfigs reads them
 // back; run again, it finds nothing to do.
 func TestEnsureCreatesTopicsWithConfigs(t *testing.T) {
 	t.Parallel()
@@ -91,8 +92,8 @@ func TestEnsureCreatesTopicsWithConfigs(t *testing.T) {
 	l := layout(t, adm)
 	l.RawRetention = 10 * 24 * time.Hour
 	res := ensure(t, adm, l)
-	if len(res.Created) != 3 || len(res.Drifts) != 0 {
-		t.Fatalf("first Ensure: %+v, want 3 topics created and no drift", res)
+	if len(res.Created) != 4 || len(res.Drifts) != 0 {
+		t.Fatalf("first Ensure: %+v, want 4 topics created and no drift", res)
 	}
 	for _, c := range []struct {
 		topic      string
@@ -102,6 +103,7 @@ func TestEnsureCreatesTopicsWithConfigs(t *testing.T) {
 		{l.Raw, 3, map[string]string{"retention.ms": "864000000", "max.message.bytes": "1463640", "compression.type": "producer"}},
 		{l.State, 3, map[string]string{"compression.type": "producer"}},
 		{l.DLQ, topics.DefaultDLQPartitions, map[string]string{"retention.ms": strconv.FormatInt(topics.DefaultDLQRetention.Milliseconds(), 10), "max.message.bytes": "1463640", "compression.type": "producer"}},
+		{l.Checkpoint, 1, map[string]string{"cleanup.policy": "compact", "compression.type": "producer"}},
 	} {
 		if n := partitions(t, adm, c.topic); n != c.partitions {
 			t.Errorf("%s: %d partitions, want %d", c.topic, n, c.partitions)
@@ -120,7 +122,8 @@ func TestEnsureCreatesTopicsWithConfigs(t *testing.T) {
 
 // TestEnsureReportsAndFixesDrift: on existing topics, Ensure raises a
 // too-small max.message.bytes and a too-short retention, keeps a longer
-// retention, and reports a partition count it never changes.
+// retention, compacts the checkpoint topic, and reports a partition count it
+// never changes.
 func TestEnsureReportsAndFixesDrift(t *testing.T) {
 	t.Parallel()
 	adm := admin(t)
@@ -139,6 +142,7 @@ func TestEnsureReportsAndFixesDrift(t *testing.T) {
 	set(l.Raw, "max.message.bytes", "1048588")
 	set(l.Raw, "retention.ms", "3600000")
 	set(l.DLQ, "retention.ms", "-1") // forever: longer than wanted, kept
+	set(l.Checkpoint, "cleanup.policy", "delete")
 	if _, err := adm.CreatePartitions(t.Context(), 2, l.Raw); err != nil {
 		t.Fatal(err)
 	}
@@ -154,13 +158,17 @@ func TestEnsureReportsAndFixesDrift(t *testing.T) {
 		{Topic: l.Raw, Setting: "retention.ms", Have: "3600000", Want: "604800000", Fixed: true},
 		{Topic: l.DLQ, Setting: "retention.ms", Have: "-1", Want: "2592000000", Fixed: false},
 		{Topic: l.Raw, Setting: "partitions", Have: "5", Want: "3", Fixed: false},
+		{Topic: l.Checkpoint, Setting: "cleanup.policy", Have: "delete", Want: "compact", Fixed: true},
 	} {
 		if d := got[want.Topic+" "+want.Setting]; d != want {
 			t.Errorf("drift %+v, want %+v", d, want)
 		}
 	}
-	if len(res.Drifts) != 4 {
-		t.Errorf("%d drifts, want 4", len(res.Drifts))
+	if len(res.Drifts) != 5 {
+		t.Errorf("%d drifts, want 5", len(res.Drifts))
+	}
+	if have := configs(t, adm, l.Checkpoint); have["cleanup.policy"] != "compact" {
+		t.Errorf("checkpoint topic's cleanup.policy after Ensure = %q, want compact", have["cleanup.policy"])
 	}
 	have := configs(t, adm, l.Raw)
 	if have["max.message.bytes"] != "1463640" || have["retention.ms"] != "604800000" {
