@@ -9,6 +9,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -65,9 +66,18 @@ func All() ([]Migration, error) {
 // date and returns the names of the migrations it applied. It is idempotent
 // and safe to run concurrently.
 func Apply(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
+	return ApplyTo(ctx, pool, 0)
+}
+
+// ApplyTo is Apply up to and including version (0: every migration), for
+// tests that fill a database with an older schema before upgrading it.
+func ApplyTo(ctx context.Context, pool *pgxpool.Pool, version int) ([]string, error) {
 	all, err := All()
 	if err != nil {
 		return nil, err
+	}
+	if version > 0 {
+		all = slices.DeleteFunc(all, func(m Migration) bool { return m.Version > version })
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -105,6 +115,11 @@ func Apply(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if before := beforeSQL[m.Version]; before != nil {
+				if err := before(ctx, tx); err != nil {
+					return err
+				}
+			}
 			if _, err := tx.Exec(ctx, m.SQL); err != nil {
 				return err
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/paystream/paystream/internal/ledger"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/migrations"
 )
@@ -115,148 +116,93 @@ func TestApplyConcurrently(t *testing.T) {
 			t.Errorf("schema_migrations has %d rows, want %d", n, len(all))
 		}
 		// The schema is really there, in this schema.
-		if n := count(t, pools[0], "SELECT count(*) FROM ledger_postings"); n != 0 {
-			t.Errorf("fresh ledger_postings has %d rows", n)
+		if n := count(t, pools[0], "SELECT count(*) FROM ledger_movements"); n != 0 {
+			t.Errorf("fresh ledger_movements has %d rows", n)
 		}
 	}
 }
 
-// TestLedgerMustBalance: the deferred constraint trigger rejects, at
-// commit, a transition whose postings do not sum to zero per currency, and
-// accepts balanced ones.
-func TestLedgerMustBalance(t *testing.T) {
+// TestLedgerMovementConstraints: a movement is balanced by construction;
+// the table refuses what would make one meaningless (a zero or negative
+// amount, the same account on both sides, a currency that is not three
+// upper-case letters), and a second movement with the same (payment,
+// version, movement). No trigger is involved.
+func TestLedgerMovementConstraints(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := t.Context()
 	seedTransition(t, db.Pool, "acme:pay_1", 1)
-
+	insert := `INSERT INTO ledger_movements (payment_key, version, movement, debit_account, credit_account, amount_minor, currency)
+		VALUES ('acme:pay_1', 1, $1, $2, $3, $4, $5)`
 	cases := []struct {
-		name     string
-		postings [][3]any // account, amount, currency
-		wantErr  bool
+		name          string
+		movement      int
+		debit, credit string
+		amount        int64
+		currency      string
+		want          string // SQLSTATE, "" for success
 	}{
-		{"unbalanced", [][3]any{{"gateway_receivable", int64(1000), "BRL"}, {"merchant_payable", int64(-900), "BRL"}}, true},
-		{"one leg", [][3]any{{"gateway_receivable", int64(1000), "BRL"}}, true},
-		{"balanced per total, not per currency", [][3]any{{"gateway_receivable", int64(1000), "BRL"}, {"merchant_payable", int64(-1000), "USD"}}, true},
-		{"balanced", [][3]any{{"gateway_receivable", int64(1000), "BRL"}, {"merchant_payable", int64(-1000), "BRL"}}, false},
+		{"zero amount", 0, "gateway_receivable", "merchant_payable", 0, "BRL", checkViolation},
+		{"negative amount", 0, "gateway_receivable", "merchant_payable", -5, "BRL", checkViolation},
+		{"same account", 0, "gateway_receivable", "gateway_receivable", 5, "BRL", checkViolation},
+		{"bad currency", 0, "gateway_receivable", "merchant_payable", 5, "brl", checkViolation},
+		{"capture", 0, "gateway_receivable", "merchant_payable", 1000, "BRL", ""},
+		{"same movement again", 0, "gateway_receivable", "merchant_payable", 1000, "BRL", uniqueViolation},
+		{"next movement", 1, "merchant_payable", "dispute_reserve", 300, "BRL", ""},
 	}
 	for _, tc := range cases {
-		tx, err := db.Pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range tc.postings {
-			// The check is deferred: each insert succeeds on its own.
-			if _, err := tx.Exec(ctx, `INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency)
-				VALUES ('acme:pay_1', 1, $1, $2, $3)`, p[0], p[1], p[2]); err != nil {
-				t.Fatalf("%s: insert %v: %v", tc.name, p, err)
-			}
-		}
-		err = tx.Commit(ctx)
-		switch {
-		case tc.wantErr && sqlState(err) != checkViolation:
-			t.Errorf("%s: commit = %v, want SQLSTATE %s", tc.name, err, checkViolation)
-		case !tc.wantErr && err != nil:
-			t.Errorf("%s: commit = %v, want success", tc.name, err)
+		_, err := db.Pool.Exec(ctx, insert, tc.movement, tc.debit, tc.credit, tc.amount, tc.currency)
+		if got := sqlState(err); got != tc.want || (tc.want == "" && err != nil) {
+			t.Errorf("%s: %v, want SQLSTATE %q", tc.name, err, tc.want)
 		}
 	}
-	if n := count(t, db.Pool, "SELECT count(*) FROM ledger_postings"); n != 2 {
-		t.Errorf("ledger_postings has %d rows, want only the balanced pair", n)
+	// The postings view has two legs per movement and sums to zero.
+	if n := count(t, db.Pool, "SELECT count(*) FROM ledger_postings"); n != 4 {
+		t.Errorf("ledger_postings has %d rows, want 4", n)
+	}
+	if n := count(t, db.Pool, "SELECT COALESCE(sum(amount_minor), 0) FROM ledger_postings"); n != 0 {
+		t.Errorf("ledger_postings sums to %d, want 0", n)
 	}
 }
 
-// TestLedgerPostingIsUniquePerAccount: a second posting on the same
-// (payment, version, account, currency) is refused, balanced or not.
-func TestLedgerPostingIsUniquePerAccount(t *testing.T) {
+// TestDedupKeys: one (source, dedup_key) is stored once: a second insert
+// is a unique violation, ON CONFLICT DO NOTHING inserts nothing, and
+// another source may use the same key.
+func TestDedupKeys(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
 	ctx := t.Context()
-	seedTransition(t, db.Pool, "acme:pay_1", 1)
-	insert := `INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency) VALUES ('acme:pay_1', 1, $1, $2, $3)`
-
-	tx, err := db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // after Commit it is a no-op
-	if _, err := tx.Exec(ctx, insert, "gateway_receivable", 500, "BRL"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, insert, "merchant_payable", -500, "BRL"); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatalf("balanced pair: %v", err)
-	}
-
-	// The same pair again is balanced, so only the unique key can refuse it.
-	tx, err = db.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // rolled back on purpose
-	_, err = tx.Exec(ctx, insert, "gateway_receivable", 500, "BRL")
-	if sqlState(err) != uniqueViolation {
-		t.Fatalf("duplicate posting = %v, want SQLSTATE %s", err, uniqueViolation)
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.TableName != "ledger_postings" {
-		t.Errorf("violation on table %q, want ledger_postings", pgErr.TableName)
-	}
-
-	// Another currency on the same account is another posting.
-	err = pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, insert, "gateway_receivable", 7, "USD"); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, insert, "merchant_payable", -7, "USD")
-		return err
-	})
-	if err != nil {
-		t.Errorf("same accounts in another currency: %v", err)
-	}
-}
-
-// TestInboxDedup: the partial unique index lets one first delivery own a
-// (source, dedup_key) and refuses a second, while later deliveries pointing
-// at the first (duplicate_of) are recorded; ON CONFLICT DO NOTHING on it
-// inserts nothing.
-func TestInboxDedup(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	ctx := t.Context()
-	insert := `INSERT INTO inbox (source, dedup_key, payment_key, status, topic, partition, kafka_offset, received_at, duplicate_of)
-		VALUES ('acme', 'evt_1', 'acme:pay_1', 'processed', 'raw', 0, $1, now(), $2) RETURNING id`
-
-	var first int64
-	if err := db.Pool.QueryRow(ctx, insert, 0, nil).Scan(&first); err != nil {
+	insert := `INSERT INTO dedup_keys (source, dedup_key, delivery_id, recorded_at) VALUES ($1, 'evt_1', $2, now())`
+	if _, err := db.Pool.Exec(ctx, insert, "acme", 1); err != nil {
 		t.Fatalf("first delivery: %v", err)
 	}
-	_, err := db.Pool.Exec(ctx, insert, 1, nil)
+	_, err := db.Pool.Exec(ctx, insert, "acme", 2)
 	if sqlState(err) != uniqueViolation {
 		t.Fatalf("second first-delivery = %v, want SQLSTATE %s", err, uniqueViolation)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.ConstraintName != "inbox_dedup" {
-		t.Errorf("violated %q, want inbox_dedup", pgErr.ConstraintName)
-	}
-	var dup int64
-	if err := db.Pool.QueryRow(ctx, insert, 2, first).Scan(&dup); err != nil {
-		t.Fatalf("delivery recorded as duplicate_of the first: %v", err)
-	}
-	tag, err := db.Pool.Exec(ctx, `INSERT INTO inbox (source, dedup_key, payment_key, status, topic, partition, kafka_offset, received_at)
-		VALUES ('acme', 'evt_1', 'acme:pay_1', 'received', 'raw', 0, 3, now())
-		ON CONFLICT (source, dedup_key) WHERE duplicate_of IS NULL DO NOTHING`)
+	tag, err := db.Pool.Exec(ctx, insert+` ON CONFLICT DO NOTHING`, "acme", 3)
 	if err != nil || tag.RowsAffected() != 0 {
 		t.Errorf("ON CONFLICT DO NOTHING = %v, %d rows; want no error, 0 rows", err, tag.RowsAffected())
 	}
-	// Another source may use the same key.
-	if _, err := db.Pool.Exec(ctx, `INSERT INTO inbox (source, dedup_key, payment_key, status, topic, partition, kafka_offset, received_at)
-		VALUES ('other', 'evt_1', 'other:pay_1', 'processed', 'raw', 0, 4, now())`); err != nil {
+	if _, err := db.Pool.Exec(ctx, insert, "other", 4); err != nil {
 		t.Errorf("same dedup key from another source: %v", err)
 	}
-	if n := count(t, db.Pool, "SELECT count(*) FROM inbox WHERE source = 'acme'"); n != 2 {
-		t.Errorf("acme inbox rows = %d, want 2 (first delivery and its duplicate)", n)
+}
+
+// TestDeliveriesWithoutPartition: a delivery recorded on a day without a
+// partition lands in the default partition instead of failing (a failure
+// there would be a check violation, which the processor treats as poison).
+func TestDeliveriesWithoutPartition(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	_, err := db.Pool.Exec(t.Context(), `
+		INSERT INTO deliveries (id, recorded_at, source, dedup_key, payment_key, status, topic, partition, kafka_offset, received_at)
+		VALUES (nextval('deliveries_id_seq'), now() + interval '400 days', 'acme', 'evt_1', 'acme:pay_1', 'processed', 'raw', 0, 0, now())`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, db.Pool, "SELECT count(*) FROM deliveries_default"); n != 1 {
+		t.Errorf("default partition has %d rows, want 1", n)
 	}
 }
 
@@ -329,4 +275,65 @@ func sqlState(err error) string {
 		return pgErr.Code
 	}
 	return ""
+}
+
+// TestUpgradeConvertsPostingsToMovements: migration 004 turns stored
+// postings into exactly the movements ledger.Movements makes of them,
+// three-legged entries and two currencies included, and drops nothing.
+func TestUpgradeConvertsPostingsToMovements(t *testing.T) {
+	t.Parallel()
+	pool := openPool(t, bareSchema(t))
+	ctx := t.Context()
+	if _, err := migrations.ApplyTo(ctx, pool, 3); err != nil {
+		t.Fatal(err)
+	}
+	entries := map[int64][]ledger.Posting{
+		1: {{Account: "gateway_receivable", AmountMinor: 1000, Currency: "BRL"}, {Account: "merchant_payable", AmountMinor: -1000, Currency: "BRL"}},
+		2: {{Account: "gateway_receivable", AmountMinor: -400, Currency: "BRL"}, {Account: "merchant_payable", AmountMinor: 100, Currency: "BRL"},
+			{Account: "dispute_reserve", AmountMinor: 300, Currency: "BRL"}},
+		3: {{Account: "a", AmountMinor: 5, Currency: "USD"}, {Account: "b", AmountMinor: -5, Currency: "USD"},
+			{Account: "a", AmountMinor: -7, Currency: "BRL"}, {Account: "c", AmountMinor: 7, Currency: "BRL"}},
+	}
+	seedTransition(t, pool, "acme:pay_1", 1)
+	for v, ps := range entries {
+		if v > 1 {
+			if _, err := pool.Exec(ctx, `INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind) VALUES ('acme:pay_1', $1, 'paid', 'paid', 'x')`, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// One transaction per entry: the old schema checks balance at commit.
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			for _, p := range ps {
+				if _, err := tx.Exec(ctx, `INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency) VALUES ('acme:pay_1', $1, $2, $3, $4)`,
+					v, p.Account, p.AmountMinor, p.Currency); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	for v, ps := range entries {
+		want, err := ledger.Movements(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := pool.Query(ctx, `SELECT debit_account, credit_account, amount_minor, currency FROM ledger_movements
+			WHERE payment_key = 'acme:pay_1' AND version = $1 ORDER BY movement`, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ledger.Movement])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("version %d: movements %+v, want %+v", v, got, want)
+		}
+	}
 }

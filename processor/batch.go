@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/store"
 )
 
 // claimLockTimeout bounds one attempt of a claim to wait for the partition's
@@ -49,34 +49,15 @@ func claim(ctx context.Context, db batcher, group, topic string, partition int32
 // One attempt waits at most claimLockTimeout for the offset row (a previous
 // owner's open transaction locks it) and then fails with SQLSTATE 55P03;
 // see Processor.claimPartition for the retries.
-func claimIncarnation(ctx context.Context, db batcher, group, topic string, partition int32, topicID string) (claimed, error) {
-	var c claimed
-	var prev *string
-	b := &pgx.Batch{}
-	// One implicit transaction: the setting lasts for the claim only.
-	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, millis(claimLockTimeout))
-	b.Queue(`
-		WITH prev AS (SELECT topic_id FROM consumer_offsets WHERE group_id = $1 AND topic = $2 AND partition = $3)
-		INSERT INTO consumer_offsets AS co (group_id, topic, partition, next_offset, owner_epoch, topic_id)
-		VALUES ($1, $2, $3, 0, 1, NULLIF($4, ''))
-		ON CONFLICT (group_id, topic, partition) DO UPDATE
-		   SET owner_epoch = co.owner_epoch + 1,
-		       next_offset = CASE WHEN co.topic_id <> EXCLUDED.topic_id THEN 0 ELSE co.next_offset END,
-		       topic_id = COALESCE(EXCLUDED.topic_id, co.topic_id),
-		       updated_at = now()
-		RETURNING owner_epoch, next_offset, (xmax = 0), (SELECT topic_id FROM prev)`,
-		group, topic, partition, topicID).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&c.epoch, &c.next, &c.fresh, &prev)
-	})
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
-		return claimed{}, fmt.Errorf("claim partition %s/%d: %w", topic, partition, err)
+func claimIncarnation(ctx context.Context, db store.DB, group, topic string, partition int32, topicID string) (claimed, error) {
+	sc, err := store.ClaimPartition(ctx, db, group, topic, partition, topicID, claimLockTimeout)
+	if err != nil {
+		return claimed{}, err
 	}
-	if prev != nil {
-		c.prevTopicID = *prev
-		// prev is read from the statement's snapshot, for the log only:
-		// the UPDATE itself compared the row's latest version.
-		c.reincarnated = !c.fresh && topicID != "" && c.prevTopicID != topicID && c.next == 0
-	}
+	c := claimed{epoch: sc.Epoch, next: sc.Next, fresh: sc.Fresh, prevTopicID: sc.PrevTopicID}
+	// The previous ID is read from the statement's snapshot, for the log
+	// only: the UPDATE itself compared the row's latest version.
+	c.reincarnated = !c.fresh && topicID != "" && c.prevTopicID != "" && c.prevTopicID != topicID && c.next == 0
 	return c, nil
 }
 
@@ -128,14 +109,7 @@ func (p *Processor) claimPartition(ctx context.Context, topic string, partition 
 // offset row: the transaction that last locked or updated the row (its
 // xmax) holds a lock on its own transaction ID, which names its backend.
 func (p *Processor) terminateHolder(ctx context.Context, topic string, partition int32, waited time.Duration) {
-	var pid int32
-	var terminated bool
-	err := p.pool.QueryRow(ctx, `
-		SELECT l.pid, pg_terminate_backend(l.pid)
-		  FROM consumer_offsets co
-		  JOIN pg_locks l ON l.locktype = 'transactionid' AND l.transactionid = co.xmax AND l.mode = 'ExclusiveLock' AND l.granted
-		 WHERE co.group_id = $1 AND co.topic = $2 AND co.partition = $3 AND l.pid <> pg_backend_pid()`,
-		p.cfg.Group, topic, partition).Scan(&pid, &terminated)
+	pid, terminated, err := store.TerminateHolder(ctx, p.pool, p.cfg.Group, topic, partition)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// Released meanwhile.
@@ -170,17 +144,12 @@ func (p *Processor) topicID(ctx context.Context, topic string) string {
 }
 
 // batcher is what a claim needs from a pool or connection.
-type batcher interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
+type batcher = store.DB
 
 // beginner is what a batch needs from a pool: a transaction.
 type beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
-
-// millis formats d for a Postgres timeout setting.
-func millis(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 
 // batchOutcome summarizes a committed batch.
 type batchOutcome struct {
@@ -224,27 +193,18 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 	}
 	topic, partition := recs[0].Topic, recs[0].Partition
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var next, owner int64
-		b := &pgx.Batch{}
 		// Server-side bounds, set in the same round trip as the lock: a
 		// processor that freezes (SIGSTOP, a VM pause) between statements
 		// has its session ended after idleTimeout, releasing the offset
 		// row for the partition's next owner; a statement runs at most as
 		// long as the worker waits for the whole transaction.
-		if a.idleTimeout > 0 {
-			b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
-				millis(a.idleTimeout), millis(commitTimeout))
-		}
-		b.Queue(`
-			SELECT next_offset, owner_epoch FROM consumer_offsets
-			 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&next, &owner) })
-		err := tx.SendBatch(ctx, b).Close()
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: no offset row for %s/%d", ErrFenced, topic, partition)
+		next, owner, err := store.LockPartition(ctx, tx, group, topic, partition,
+			store.Bounds{IdleInTransaction: a.idleTimeout, Statement: commitTimeout})
+		if errors.Is(err, store.ErrNoOffsetRow) {
+			return fmt.Errorf("%w: %w", ErrFenced, err)
 		}
 		if err != nil {
-			return fmt.Errorf("lock partition offset: %w", err)
+			return err
 		}
 		if owner != epoch {
 			return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
@@ -273,9 +233,9 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 			out.results = rs
 		}
 		out.next = todo[len(todo)-1].Offset + 1
-		if _, err := tx.Exec(ctx, `
-			UPDATE consumer_offsets SET next_offset = $4, updated_at = now()
-			 WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition, out.next); err != nil {
+		b := &pgx.Batch{}
+		store.QueueStoreOffset(b, group, topic, partition, out.next)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("store offset: %w", err)
 		}
 		return nil
@@ -306,7 +266,7 @@ func applyOne(ctx context.Context, tx pgx.Tx, a *applier, rec *kgo.Record, refet
 	if rbErr := sp.Rollback(ctx); rbErr != nil {
 		return nil, fmt.Errorf("rollback to savepoint: %w", rbErr)
 	}
-	r, qErr := quarantine(ctx, tx, rec, err)
+	r, qErr := quarantine(ctx, tx, a.now(), rec, err)
 	if qErr != nil {
 		return nil, qErr
 	}

@@ -69,11 +69,11 @@ func checkEffects(t testing.TB, pool *pgxpool.Pool, payments int) {
 		sql  string
 		want int
 	}{
-		{"inbox rows", `SELECT count(*) FROM inbox`, 4 * payments},
-		{"duplicate deliveries", `SELECT count(*) FROM inbox WHERE reason = 'duplicate_event'`, payments},
+		{"inbox rows", `SELECT count(*) FROM deliveries`, 4 * payments},
+		{"duplicate deliveries", `SELECT count(*) FROM deliveries WHERE reason = 'duplicate_event'`, payments},
 		{"transitions", `SELECT count(*) FROM payment_transitions`, 3 * payments},
 		{"ledger postings", `SELECT count(*) FROM ledger_postings`, 4 * payments},
-		{"undecided or quarantined rows", `SELECT count(*) FROM inbox WHERE status IN ('received', 'quarantined')`, 0},
+		{"undecided or quarantined rows", `SELECT count(*) FROM deliveries WHERE status IN ('received', 'quarantined')`, 0},
 	} {
 		if got := queryInt(t, pool, c.sql); got != c.want {
 			t.Errorf("%s = %d, want %d", c.what, got, c.want)

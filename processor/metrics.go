@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paystream/paystream/internal/store"
 )
 
 type metrics struct {
@@ -132,19 +134,14 @@ func (m *metrics) observeLoop(ctx context.Context, pool *pgxpool.Pool, window ti
 func (m *metrics) observe(ctx context.Context, pool *pgxpool.Pool, window time.Duration) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var deferred, overdue, quarantined, held int64
-	err := pool.QueryRow(ctx, `
-		SELECT (SELECT count(*) FROM inbox WHERE status = 'deferred'),
-		       (SELECT count(*) FROM inbox WHERE status = 'deferred' AND received_at < now() - $1::interval),
-		       (SELECT count(*) FROM inbox WHERE status = 'quarantined'),
-		       (SELECT count(*) FROM payments WHERE held)`, window).Scan(&deferred, &overdue, &quarantined, &held)
+	g, err := store.ReadGauges(ctx, pool, window)
 	if err != nil {
 		return
 	}
-	m.deferred.Set(float64(deferred))
-	m.overdue.Set(float64(overdue))
-	m.quarantined.Set(float64(quarantined))
-	m.held.Set(float64(held))
+	m.deferred.Set(float64(g.Deferred))
+	m.overdue.Set(float64(g.Overdue))
+	m.quarantined.Set(float64(g.Quarantined))
+	m.held.Set(float64(g.Held))
 }
 
 func partitionLabel(p int32) string { return strconv.Itoa(int(p)) }

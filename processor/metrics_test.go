@@ -17,10 +17,10 @@ func TestObserveCountsWaitingWork(t *testing.T) {
 	db := testenv.NewDB(t)
 	ctx := context.Background()
 	_, err := db.Pool.Exec(ctx, `
-		INSERT INTO inbox (source, dedup_key, payment_key, status, reason, topic, partition, kafka_offset, received_at) VALUES
-		  ('s', 'a', 's:1', 'deferred', 'needs_predecessor', 't', 0, 0, now() - interval '2 hours'),
-		  ('s', 'b', 's:1', 'deferred', 'needs_predecessor', 't', 0, 1, now()),
-		  ('s', 'c', 's:2', 'quarantined', 'poison', 't', 0, 2, now());
+		INSERT INTO deliveries (id, recorded_at, source, dedup_key, payment_key, status, reason, topic, partition, kafka_offset, received_at) VALUES
+		  (1, now(), 's', 'a', 's:1', 'deferred', 'needs_predecessor', 't', 0, 0, now() - interval '2 hours'),
+		  (2, now(), 's', 'b', 's:1', 'deferred', 'needs_predecessor', 't', 0, 1, now()),
+		  (3, now(), 's', 'c', 's:2', 'quarantined', 'poison', 't', 0, 2, now());
 		INSERT INTO payments (payment_key, source, payment_id, status, version, state, held) VALUES ('s:2', 's', '2', '', 0, '{}', true);`)
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	p, reg := newTestProcessor(t, pool, Config{Brokers: brokers, Topic: topic, Group: group,
 		BatchMaxRecords: 10, MaxBufferedBatches: 2, RetryBackoffMax: 500 * time.Millisecond, KafkaOpts: kopts})
 	proc := start(t, p)
-	testenv.Eventually(t, 60*time.Second, func() bool { return queryInt(t, db.Pool, `SELECT count(*) FROM inbox`) >= 100 },
+	testenv.Eventually(t, 60*time.Second, func() bool { return queryInt(t, db.Pool, `SELECT count(*) FROM deliveries`) >= 100 },
 		"processing under way")
 	memberBefore := rawTopicMember(t, adm, group, topic)
 

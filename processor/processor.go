@@ -105,7 +105,18 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the processor's metrics. Defaults to a private registry.
 	Registerer prometheus.Registerer
-	// Now is the clock. Defaults to time.Now.
+	// DeliveryRetention is how long deliveries are kept (see
+	// RetentionConfig). Defaults to 14 days.
+	DeliveryRetention time.Duration
+	// DedupRetention is how long dedup keys are kept (see
+	// RetentionConfig). Defaults to 35 days.
+	DedupRetention time.Duration
+	// RetentionInterval is how often the processor runs Retention (one
+	// replica at a time, under an advisory lock); negative: never.
+	// Defaults to 1h.
+	RetentionInterval time.Duration
+	// Now is the clock: delivery and dedup-key times, retention. Defaults
+	// to time.Now.
 	Now func() time.Time
 }
 
@@ -157,6 +168,9 @@ func (c *Config) withDefaults() error {
 	}
 	if c.Registerer == nil {
 		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.RetentionInterval == 0 {
+		c.RetentionInterval = time.Hour
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -223,6 +237,10 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
+	rc := RetentionConfig{DeliveryRetention: cfg.DeliveryRetention, DedupRetention: cfg.DedupRetention}
+	if err := rc.defaults(); err != nil {
+		return nil, fmt.Errorf("processor config: %w", err)
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -285,6 +303,11 @@ func (p *Processor) Run(ctx context.Context) error {
 		p.copyOffsetsLoop(copyCtx, cl)
 	}()
 	go p.metrics.observeLoop(copyCtx, p.pool, p.cfg.DeferredWindow)
+	retentionDone := make(chan struct{})
+	go func() {
+		defer close(retentionDone)
+		p.retentionLoop(copyCtx)
+	}()
 
 	for {
 		if p.waitForRoom(ctx) {
@@ -326,6 +349,7 @@ func (p *Processor) Run(ctx context.Context) error {
 
 	stopCopy()
 	<-copyDone
+	<-retentionDone
 	p.stopWorkers(p.allPartitions())
 	// The last copy happens before leaving the group, while the group still
 	// accepts our commits.

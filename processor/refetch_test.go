@@ -113,7 +113,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 	produce("pay_b", "evt_b1")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		var reason string
-		_ = db.Pool.QueryRow(ctx, `SELECT COALESCE(reason, '') FROM inbox WHERE event_id = 'evt_b1' AND status = 'deferred'`).Scan(&reason)
+		_ = db.Pool.QueryRow(ctx, `SELECT COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1' AND status = 'deferred'`).Scan(&reason)
 		s, _ := paymentState("acme:pay_b")
 		return reason == reasonAwaitingRefetch || s == "paid"
 	}, "evt_b1 to wait for its refetch")
@@ -122,7 +122,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		return s == "paid"
 	}, "the sweeper to apply pay_b once the gateway answers")
 	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE event_id = 'evt_b1'`).Scan(&status, &reason); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1'`).Scan(&status, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if status != "processed" {

@@ -64,7 +64,7 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 	}
 	status := func(eventID string) (s, reason string) {
 		t.Helper()
-		if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE event_id = $1 OR (event_id IS NULL AND dedup_key = $1)`, eventID).Scan(&s, &reason); err != nil {
+		if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = $1 OR (event_id IS NULL AND dedup_key = $1)`, eventID).Scan(&s, &reason); err != nil {
 			t.Fatalf("inbox %s: %v", eventID, err)
 		}
 		return s, reason
@@ -160,7 +160,7 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 		t.Fatal(err)
 	}
 	var quarantined int64
-	if err := db.Pool.QueryRow(ctx, `SELECT id FROM inbox WHERE status = 'quarantined'`).Scan(&quarantined); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT id FROM deliveries WHERE status = 'quarantined'`).Scan(&quarantined); err != nil {
 		t.Fatal(err)
 	}
 
@@ -174,7 +174,7 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 	if err := other.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&otherPID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Exec(ctx, `SELECT 1 FROM inbox WHERE id = $1 FOR UPDATE`, quarantined); err != nil {
+	if _, err := other.Exec(ctx, `SELECT 1 FROM deliveries WHERE id = $1 FOR UPDATE`, quarantined); err != nil {
 		t.Fatal(err)
 	}
 	replayed := make(chan error, 1)
@@ -188,7 +188,7 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, otherPID).Scan(&n)
 		return n > 0
 	}, "Replay to wait for the event's row lock")
-	if _, err := other.Exec(ctx, `UPDATE inbox SET status = 'ignored', reason = 'skipped_by_operator' WHERE id = $1`, quarantined); err != nil {
+	if _, err := other.Exec(ctx, `UPDATE deliveries SET status = 'ignored', reason = 'skipped_by_operator' WHERE id = $1`, quarantined); err != nil {
 		t.Fatal(err)
 	}
 	if err := other.Commit(ctx); err != nil {
@@ -214,7 +214,7 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 		t.Errorf("after the rolled-back replay: held=%v, %d transitions; want still held, none", held, transitions)
 	}
 	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE id = $1`, quarantined).Scan(&status, &reason); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE id = $1`, quarantined).Scan(&status, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if status != "ignored" || reason != "skipped_by_operator" {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/store"
 )
 
 // sweepLimit bounds the deferred events one sweep round lists.
@@ -132,7 +133,7 @@ func (s *sweeper) run() {
 	}
 }
 
-// dueEvent is a deferred inbox event the sweeper refetches.
+// dueEvent is a deferred delivery the sweeper refetches.
 type dueEvent struct {
 	id  int64
 	env envelope.Raw
@@ -162,41 +163,25 @@ func (s *sweeper) sweep(ctx context.Context) (full bool, err error) {
 	return full, nil
 }
 
-// listDue lists, oldest first, the partition's deferred events that wait for
-// a refetch their source can do: those awaiting_refetch never tried (the
-// worker inserts them with attempts = 1) or last tried RefetchRetry ago, and
-// those still waiting for a predecessor after DeferredWindow (at most once
-// per RefetchRetry). Events of a held payment wait for replay instead.
+// listDue lists, oldest first, the partition's due deferred events (see
+// store.ListDue).
 func (s *sweeper) listDue(ctx context.Context) ([]dueEvent, bool, error) {
-	sources := slices.Collect(maps.Keys(s.p.refetch.sources))
-	rows, err := s.p.pool.Query(ctx, `
-		SELECT id, payload FROM inbox
-		 WHERE topic = $1 AND partition = $2 AND status = 'deferred' AND source = ANY($3) AND payload IS NOT NULL
-		   AND ((reason = $4 AND (attempts <= 1 OR processed_at < now() - $5::interval))
-		     OR (reason IS DISTINCT FROM $4 AND reason IS DISTINCT FROM $6
-		         AND received_at < now() - $7::interval AND processed_at < now() - $5::interval))
-		 ORDER BY id LIMIT $8`,
-		s.topic, s.partition, sources, reasonAwaitingRefetch, s.p.cfg.RefetchRetry, reasonPaymentHeld, s.p.cfg.DeferredWindow, sweepLimit)
-	if err != nil {
-		return nil, false, fmt.Errorf("list due deferred events: %w", err)
-	}
-	var out []dueEvent
-	var n int
-	var id int64
-	var payload []byte
-	_, err = pgx.ForEachRow(rows, []any{&id, &payload}, func() error {
-		n++
-		env, err := envelope.DecodeRaw(payload)
-		if err != nil {
-			return nil // replay's business, not the sweeper's
-		}
-		out = append(out, dueEvent{id: id, env: env})
-		return nil
+	rows, err := store.ListDue(ctx, s.p.pool, store.DueQuery{
+		Topic: s.topic, Partition: s.partition, Sources: slices.Collect(maps.Keys(s.p.refetch.sources)),
+		Retry: s.p.cfg.RefetchRetry, Window: s.p.cfg.DeferredWindow, Limit: sweepLimit,
 	})
 	if err != nil {
-		return nil, false, fmt.Errorf("list due deferred events: %w", err)
+		return nil, false, err
 	}
-	return out, n == sweepLimit, nil
+	var out []dueEvent
+	for i := range rows {
+		env, err := rows[i].Envelope()
+		if err != nil {
+			continue // replay's business, not the sweeper's
+		}
+		out = append(out, dueEvent{id: rows[i].ID, env: env})
+	}
+	return out, len(rows) == sweepLimit, nil
 }
 
 // settle refetches one payment and applies the answer to its due events. A
@@ -213,7 +198,7 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return s.postpone(ctx, ids)
+		return s.postpone(ctx, env.PaymentKey, ids)
 	}
 	var results []result
 	err = pgx.BeginFunc(ctx, s.p.pool, func(tx pgx.Tx) error {
@@ -221,20 +206,18 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 			return err
 		}
 		key := env.PaymentKey
-		payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
+		locked := map[string]*store.LockedPayment{}
 		b := &pgx.Batch{}
-		queueLoadPayments(b, []string{key}, payments)
+		store.QueueLockPayments(b, []string{key}, locked)
 		// Read under the payment's lock: only events still deferred are
 		// decided; the update of each is guarded by that status too.
 		still := map[int64]bool{}
-		b.Queue(`SELECT id FROM inbox WHERE id = ANY($1) AND status = 'deferred'`, ids).Query(func(rows pgx.Rows) error {
-			var id int64
-			_, err := pgx.ForEachRow(rows, []any{&id}, func() error { still[id] = true; return nil })
-			return err
-		})
+		store.QueueStillDeferred(b, key, ids, still)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return fmt.Errorf("load payment: %w", err)
 		}
+		payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
+		lockedPayments(locked, payments)
 		var ds []delivery
 		for _, d := range due {
 			if still[d.id] {
@@ -258,7 +241,7 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 		// The answer does not apply (yet): try again after RefetchRetry
 		// rather than on every round.
 		s.p.log.Warn("apply refetched payment failed", "partition", s.partition, "source", env.Source, "error", err)
-		return s.postpone(ctx, ids)
+		return s.postpone(ctx, env.PaymentKey, ids)
 	}
 	for _, r := range results {
 		s.p.metrics.events.WithLabelValues(r.source, r.outcome, r.reason).Inc()
@@ -268,28 +251,20 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 
 // postpone makes the events due again after RefetchRetry. It records no
 // outcome: they stay deferred.
-func (s *sweeper) postpone(ctx context.Context, ids []int64) error {
-	if _, err := s.p.pool.Exec(ctx, `
-		UPDATE inbox SET processed_at = now(), attempts = attempts + 1
-		 WHERE id = ANY($1) AND status = 'deferred'`, ids); err != nil {
-		return fmt.Errorf("postpone refetch: %w", err)
-	}
-	return nil
+func (s *sweeper) postpone(ctx context.Context, paymentKey string, ids []int64) error {
+	return store.Postpone(ctx, s.p.pool, paymentKey, ids)
 }
 
 // lockPartition locks the partition's offset row for the rest of tx and
 // fails with ErrFenced unless epoch is still the partition's owner epoch:
 // the fence every write on a partition's behalf goes through.
 func lockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, epoch int64) error {
-	var owner int64
-	err := tx.QueryRow(ctx, `
-		SELECT owner_epoch FROM consumer_offsets
-		 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).Scan(&owner)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("%w: no offset row for %s/%d", ErrFenced, topic, partition)
+	_, owner, err := store.LockPartition(ctx, tx, group, topic, partition, store.Bounds{})
+	if errors.Is(err, store.ErrNoOffsetRow) {
+		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}
 	if err != nil {
-		return fmt.Errorf("lock partition offset: %w", err)
+		return err
 	}
 	if owner != epoch {
 		return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)

@@ -18,6 +18,7 @@ import (
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/internal/store"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
@@ -131,8 +132,8 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 	// (refetched and decided, not waiting any more).
 	measure := func() (acme, mp int) {
 		_ = db.Pool.QueryRow(context.Background(), `
-			SELECT (SELECT count(*) FROM inbox WHERE source = 'acme' AND status = 'processed'),
-			       (SELECT count(*) FROM inbox WHERE source = 'mp' AND status IN ('processed', 'ignored'))`).Scan(&acme, &mp)
+			SELECT (SELECT count(*) FROM deliveries WHERE source = 'acme' AND status = 'processed'),
+			       (SELECT count(*) FROM deliveries WHERE source = 'mp' AND status IN ('processed', 'ignored'))`).Scan(&acme, &mp)
 		return acme, mp
 	}
 
@@ -193,7 +194,7 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 		}
 	}
 	var processed int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inbox WHERE source = 'mp' AND status = 'processed'`).Scan(&processed); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE source = 'mp' AND status = 'processed'`).Scan(&processed); err != nil {
 		t.Fatal(err)
 	}
 	if processed != len(mpAmount) {
@@ -223,7 +224,7 @@ func sweeperFixture(t *testing.T, db *testenv.DB, gw *gatewaytest.Gateway) (p *P
 		t.Fatal(err)
 	}
 	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT id, status, COALESCE(reason, '') FROM inbox WHERE event_id = 'evt_x1'`).Scan(&inboxID, &status, &reason); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT id, status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_x1'`).Scan(&inboxID, &status, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if status != "deferred" || reason != reasonAwaitingRefetch {
@@ -261,7 +262,7 @@ func TestSweeperFencedByStaleEpoch(t *testing.T) {
 	var transitions int
 	if err := db.Pool.QueryRow(ctx, `
 		SELECT status, COALESCE(reason, ''), (SELECT count(*) FROM payment_transitions WHERE payment_key = 'mp:pay_x')
-		  FROM inbox WHERE id = $1`, inboxID).Scan(&status, &reason, &transitions); err != nil {
+		  FROM deliveries WHERE id = $1`, inboxID).Scan(&status, &reason, &transitions); err != nil {
 		t.Fatal(err)
 	}
 	if status != "deferred" || reason != reasonAwaitingRefetch || transitions != 0 {
@@ -278,7 +279,7 @@ func TestSweeperFencedByStaleEpoch(t *testing.T) {
 	var pstatus string
 	var amount int64
 	if err := db.Pool.QueryRow(ctx, `
-		SELECT i.status, p.status, p.amount_minor FROM inbox i JOIN payments p ON p.payment_key = i.payment_key
+		SELECT i.status, p.status, p.amount_minor FROM deliveries i JOIN payments p ON p.payment_key = i.payment_key
 		 WHERE i.id = $1`, inboxID).Scan(&status, &pstatus, &amount); err != nil {
 		t.Fatal(err)
 	}
@@ -301,17 +302,17 @@ func TestOutcomeGuardRefusesChangedRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var payload []byte
-	if err := db.Pool.QueryRow(ctx, `SELECT payload FROM inbox WHERE id = $1`, inboxID).Scan(&payload); err != nil {
+	stored, err := store.LoadDelivery(ctx, db.Pool, inboxID)
+	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := envelope.DecodeRaw(payload)
+	env, err := stored.Envelope()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Read as deferred; meanwhile an operator (or another writer) settles it.
 	d := delivery{env: env, inboxID: inboxID, status: "deferred", refetched: facts}
-	if _, err := db.Pool.Exec(ctx, `UPDATE inbox SET status = 'ignored', reason = 'skipped_by_operator' WHERE id = $1`, inboxID); err != nil {
+	if _, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'ignored', reason = 'skipped_by_operator' WHERE id = $1`, inboxID); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := db.Pool.Begin(ctx)
@@ -325,7 +326,7 @@ func TestOutcomeGuardRefusesChangedRow(t *testing.T) {
 	}
 	_ = tx.Rollback(ctx)
 	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM inbox WHERE id = $1`, inboxID).Scan(&status, &reason); err != nil {
+	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE id = $1`, inboxID).Scan(&status, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if status != "ignored" || reason != "skipped_by_operator" {
@@ -369,7 +370,7 @@ func TestThinFactNeverResumed(t *testing.T) {
 	}
 	var status, reason, pstatus string
 	if err := db.Pool.QueryRow(ctx, `
-		SELECT i.status, COALESCE(i.reason, ''), p.status FROM inbox i JOIN payments p ON p.payment_key = i.payment_key
+		SELECT i.status, COALESCE(i.reason, ''), p.status FROM deliveries i JOIN payments p ON p.payment_key = i.payment_key
 		 WHERE i.event_id = 'evt_y1'`).Scan(&status, &reason, &pstatus); err != nil {
 		t.Fatal(err)
 	}

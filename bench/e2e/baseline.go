@@ -283,7 +283,7 @@ func insertPostings(ctx context.Context, tx pgx.Tx, key string, ts []payment.Tra
 	var versions, amounts []int64
 	var accounts, currencies []string
 	for _, t := range ts {
-		for _, p := range t.Postings {
+		for _, p := range t.Postings() {
 			versions, accounts = append(versions, t.Version), append(accounts, p.Account)
 			amounts, currencies = append(amounts, p.AmountMinor), append(currencies, p.Currency)
 		}

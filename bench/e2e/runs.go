@@ -200,7 +200,7 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 	if mismatched > 0 {
 		r.PublishNote = fmt.Sprintf("%d state events matched no webhook of the run by event id, payment key and version", mismatched)
 	}
-	r.Check, err = b.check(ctx, pr.schema, `SELECT count(*) FROM inbox`, target)
+	r.Check, err = b.check(ctx, pr.schema, `SELECT count(*) FROM deliveries`, target)
 	return r, err
 }
 

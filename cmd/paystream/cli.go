@@ -32,12 +32,13 @@ type cli struct {
 
 	Ingest    ingestCmd    `cmd:"" help:"Receive webhooks over HTTP, verify them and produce them to the raw topic."`
 	Processor processorCmd `cmd:"" help:"Consume the raw topic and apply each event exactly once in Postgres."`
-	Sink      sinkCmd      `cmd:"" help:"Relay committed outbox events to the normalized payment-state topic."`
+	Sink      sinkCmd      `cmd:"" help:"Relay committed state events from a replication slot to the normalized payment-state topic, exactly once for read_committed consumers."`
 	Migrate   migrateCmd   `cmd:"" help:"Apply database migrations (idempotent) and create Kafka topics."`
 	Dev       devCmd       `cmd:"" help:"Run ingest, processor and sink in one process with embedded Kafka and a private Postgres."`
 	Inspect   inspectCmd   `cmd:"" help:"Show what paystream knows about a payment."`
 	Loadgen   loadgenCmd   `cmd:"" help:"Send correctly signed webhooks to an ingest at a target rate and report throughput and latency."`
 	Replay    replayCmd    `cmd:"" help:"Re-drive a held payment's quarantined events after a fix, exactly once."`
+	Retention retentionCmd `cmd:"" help:"Create the coming days' delivery partitions, drop expired ones and delete expired dedup keys."`
 	Version   versionCmd   `cmd:"" help:"Print the version."`
 }
 

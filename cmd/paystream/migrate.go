@@ -14,11 +14,13 @@ import (
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/topics"
 	"github.com/paystream/paystream/migrations"
+	"github.com/paystream/paystream/sink"
 )
 
 type migrateCmd struct {
 	dbFlags
 	topicFlags
+	checkpointFlags
 	topicLayoutFlags
 	KafkaBrokers          []string `help:"Kafka seed brokers; when set, the topics are created (or their drift reported and safe configs fixed) and the raw topic's partition count is recorded." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
 	Partitions            int32    `help:"Partitions of the raw and state topics when creating them." default:"12" env:"PAYSTREAM_PARTITIONS"`
@@ -36,8 +38,12 @@ type topicLayoutFlags struct {
 
 func (c *migrateCmd) Help() string {
 	return `Applies the SQL migrations embedded in this binary, in order, each once: safe to run again and
-safe to run from two places at once (an advisory lock serializes them). With Kafka brokers
-configured it also creates the raw, state and DLQ topics with their configs (retention,
+safe to run from two places at once (an advisory lock serializes them). Before them it creates
+the sink's logical replication slot and publication for the schema, so every state event committed
+from then on is kept for the sink: the server must run with wal_level=logical (migrate stops before
+changing anything, saying what to set, when it does not) and the role needs REPLICATION.
+With Kafka brokers configured it also creates the raw, state, DLQ and sink checkpoint topics with
+their configs (retention,
 max.message.bytes sized for the largest webhook body, compression.type=producer,
 min.insync.replicas=2 at 3 or more replicas), reports the drift of existing topics and fixes the
 configs that are safe to change (never partition counts), and records the raw topic's partition
@@ -50,6 +56,14 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
+	// The slot first (it checks wal_level before changing anything): it
+	// keeps every state event committed after it exists, those a
+	// migration writes included, and no processor may write one before.
+	slot, err := sink.SetupSlot(ctx, pool)
+	if err != nil {
+		return err
+	}
+	e.log.Info("sink replication slot ready", "slot", slot)
 	applied, err := migrations.Apply(ctx, pool)
 	if err != nil {
 		return err
@@ -70,7 +84,7 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 			return err
 		}
 	}
-	layout, err := topicLayout(c.topicFlags, c.topicLayoutFlags, c.Partitions, c.ReplicationFactor, sources)
+	layout, err := topicLayout(c.topicFlags, c.CheckpointTopic, c.topicLayoutFlags, c.Partitions, c.ReplicationFactor, sources)
 	if err != nil {
 		return err
 	}
@@ -91,13 +105,13 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 }
 
 // topicLayout sizes paystream's topics for sources.
-func topicLayout(t topicFlags, f topicLayoutFlags, partitions int32, rf int16, sources map[string]*source.Source) (topics.Layout, error) {
+func topicLayout(t topicFlags, checkpoint string, f topicLayoutFlags, partitions int32, rf int16, sources map[string]*source.Source) (topics.Layout, error) {
 	maxRecord, err := ingest.MaxRecordBytes(sources)
 	if err != nil {
 		return topics.Layout{}, err
 	}
 	return topics.Layout{
-		Raw: t.RawTopic, State: t.StateTopic, DLQ: t.DLQTopic,
+		Raw: t.RawTopic, State: t.StateTopic, DLQ: t.DLQTopic, Checkpoint: checkpoint,
 		Partitions: partitions, DLQPartitions: f.DLQPartitions, ReplicationFactor: rf,
 		RawRetention: f.RawRetention, DLQRetention: f.DLQRetention,
 		MaxMessageBytes: maxRecord,

@@ -18,7 +18,7 @@ type replayCmd struct {
 	Account    string  `help:"Account, for sources configured with one."`
 	ID         string  `help:"The gateway's payment id."`
 	PaymentKey string  `help:"The payment key (source:id), instead of --source and --id."`
-	Skip       []int64 `help:"Quarantined inbox ids to give up on (marked ignored) instead of re-driving." placeholder:"INBOX_ID"`
+	Skip       []int64 `help:"Quarantined delivery ids to give up on (marked ignored) instead of re-driving." placeholder:"DELIVERY_ID"`
 }
 
 func (c *replayCmd) Help() string {

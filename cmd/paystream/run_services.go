@@ -23,9 +23,10 @@ type topicFlags struct {
 }
 
 var topicVars = map[string]string{
-	"raw_topic":   envelope.TopicRaw,
-	"state_topic": envelope.TopicState,
-	"dlq_topic":   envelope.TopicDLQ,
+	"raw_topic":        envelope.TopicRaw,
+	"state_topic":      envelope.TopicState,
+	"dlq_topic":        envelope.TopicDLQ,
+	"checkpoint_topic": sink.DefaultCheckpointTopic,
 }
 
 type ingestFlags struct {
@@ -158,6 +159,7 @@ type processorCmd struct {
 	topicFlags
 	metricsFlags
 	processorFlags
+	retentionFlags
 	Sources string `help:"Sources file; the processor reads it only for the sources that refetch from their gateway's API (mercadopago, refetch: true)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
 }
 
@@ -204,17 +206,19 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		refetch = refetchConfigs(sources)
 	}
 	p, err := processor.New(pool, processor.Config{
-		Refetch:         refetch,
-		Brokers:         brokers,
-		Topic:           c.RawTopic,
-		Group:           c.Group,
-		BatchMaxRecords: c.BatchMaxRecords,
-		BatchMaxWait:    c.BatchMaxWait,
-		SessionTimeout:  c.SessionTimeout,
-		InstanceID:      c.InstanceID,
-		DeferredWindow:  c.DeferredWindow,
-		Logger:          e.log.With("component", "processor"),
-		Registerer:      e.reg,
+		Refetch:           refetch,
+		Brokers:           brokers,
+		Topic:             c.RawTopic,
+		Group:             c.Group,
+		BatchMaxRecords:   c.BatchMaxRecords,
+		BatchMaxWait:      c.BatchMaxWait,
+		SessionTimeout:    c.SessionTimeout,
+		InstanceID:        c.InstanceID,
+		DeferredWindow:    c.DeferredWindow,
+		DeliveryRetention: c.DeliveryRetention,
+		DedupRetention:    c.DedupRetention,
+		Logger:            e.log.With("component", "processor"),
+		Registerer:        e.reg,
 	})
 	if err != nil {
 		return err
@@ -222,17 +226,43 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 	return p.Run(ctx)
 }
 
+// checkpointFlags name the sink's checkpoint topic, for the commands that
+// create it (migrate, dev) and the one that writes it (sink).
+type checkpointFlags struct {
+	CheckpointTopic string `help:"Compacted topic where the sink records, in each Kafka transaction, the WAL position it reached." default:"${checkpoint_topic}" env:"PAYSTREAM_CHECKPOINT_TOPIC"`
+}
+
+type sinkFlags struct {
+	HeartbeatInterval time.Duration `help:"How often the active relay writes a small heartbeat message into the WAL, so the slot's position moves (and Postgres recycles WAL) on a quiet database; it also refreshes paystream_sink_slot_lag_bytes." default:"10s" env:"PAYSTREAM_SINK_HEARTBEAT_INTERVAL"`
+	StandbyRetry      time.Duration `help:"How often a standby replica tries to take the replication slot: the longest it waits after the active relay is gone." default:"1s" env:"PAYSTREAM_SINK_STANDBY_RETRY"`
+}
+
 type sinkCmd struct {
 	kafkaFlags
 	dbFlags
 	topicFlags
+	checkpointFlags
+	sinkFlags
 	metricsFlags
 }
 
 func (c *sinkCmd) Help() string {
-	return `One relay is active at a time (a Postgres advisory lock); extra replicas wait as standbys.
-Events are produced keyed by payment with the header event-id = "{payment key}:{version}"; a crash
-between the broker's ack and marking the row published re-sends it with the same event id.`
+	return `Relays the state events the processor writes into Postgres's WAL to the state topic, exactly
+once for consumers that read with isolation.level=read_committed: each event id
+"{payment key}:{version}" once, each payment's events in order on one partition (key = payment),
+nothing from a rolled-back transaction. (A read_uncommitted consumer may also see records of
+aborted Kafka transactions.)
+
+The relay reads a logical replication slot (one per schema, created by paystream migrate) and
+publishes whole Postgres transactions, in commit order, in one Kafka transaction together with a
+checkpoint on --checkpoint-topic; it confirms the slot only after the Kafka commit, so no crash
+repeats an event for those consumers. Only one connection can stream a slot: that replica is the active
+relay (paystream_sink_active 1); extra replicas are standbys that retry the slot every
+--standby-retry and take over, fencing the previous relay's Kafka producer.
+
+Needs wal_level=logical, max_replication_slots and max_wal_senders on the server, and a role
+with REPLICATION. While no relay runs, Postgres keeps the WAL since the slot's position, up to
+max_slot_wal_keep_size (watch paystream_sink_slot_lag_bytes and paystream_sink_slot_lag_seconds).`
 }
 
 func (c *sinkCmd) Run(ctx context.Context, e *env) error {
@@ -249,10 +279,13 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	r, err := sink.New(pool, sink.Config{
-		Brokers:    brokers,
-		Topic:      c.StateTopic,
-		Logger:     e.log.With("component", "sink"),
-		Registerer: e.reg,
+		Brokers:           brokers,
+		Topic:             c.StateTopic,
+		CheckpointTopic:   c.CheckpointTopic,
+		HeartbeatInterval: c.HeartbeatInterval,
+		StandbyRetry:      c.StandbyRetry,
+		Logger:            e.log.With("component", "sink"),
+		Registerer:        e.reg,
 	})
 	if err != nil {
 		return err

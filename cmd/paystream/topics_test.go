@@ -6,15 +6,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/testenv"
+	"github.com/paystream/paystream/sink"
 )
 
 // TestMigrateTopicsAndProcessorPartitionCheck: `paystream migrate` with
 // brokers creates the topics with their configs (read back with
-// DescribeTopicConfigs) and records the raw topic's partition count; after
+// DescribeTopicConfigs; the sink's checkpoint topic compacted, with one
+// partition), the sink's replication slot and publication, and records the
+// raw topic's partition count; after
 // partitions are added, `paystream processor` refuses to start, naming the
 // two counts, until `migrate --accept-partition-change` re-records it.
 func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
@@ -22,7 +26,7 @@ func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
 	brokers := strings.Join(testenv.Kafka(t), ",")
 	db := testenv.NewDB(t)
 	u := strings.TrimPrefix(testenv.Group(t), "g-")
-	raw, state, dlq := "raw-"+u, "state-"+u, "dlq-"+u
+	raw, state, dlq, ckpt := "raw-"+u, "state-"+u, "dlq-"+u, "ckpt-"+u
 	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Kafka(t)...))
 	if err != nil {
 		t.Fatal(err)
@@ -32,20 +36,31 @@ func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = adm.DeleteTopics(ctx, raw, state, dlq)
+		_, _ = adm.DeleteTopics(ctx, raw, state, dlq, ckpt)
+	})
+	slot := sink.SlotName(db.Schema)
+	t.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		_, _ = db.Pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{slot}.Sanitize())
 	})
 	env := []string{"PAYSTREAM_KAFKA_BROKERS=" + brokers, "PAYSTREAM_DATABASE_URL=" + db.URL,
-		"PAYSTREAM_RAW_TOPIC=" + raw, "PAYSTREAM_STATE_TOPIC=" + state, "PAYSTREAM_DLQ_TOPIC=" + dlq}
+		"PAYSTREAM_RAW_TOPIC=" + raw, "PAYSTREAM_STATE_TOPIC=" + state, "PAYSTREAM_DLQ_TOPIC=" + dlq,
+		"PAYSTREAM_CHECKPOINT_TOPIC=" + ckpt}
 	if r := paystream(t, env, "migrate", "--partitions", "3", "--raw-retention", "240h"); r.code != 0 {
 		t.Fatalf("migrate: exit %d\n%s", r.code, r.stderr)
 	}
-	rcs, err := adm.DescribeTopicConfigs(t.Context(), raw, dlq)
+	rcs, err := adm.DescribeTopicConfigs(t.Context(), raw, dlq, ckpt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]map[string]string{
-		raw: {"retention.ms": "864000000", "max.message.bytes": "1463640", "compression.type": "producer"},
-		dlq: {"retention.ms": "2592000000", "max.message.bytes": "1463640", "compression.type": "producer"},
+		raw:  {"retention.ms": "864000000", "max.message.bytes": "1463640", "compression.type": "producer"},
+		dlq:  {"retention.ms": "2592000000", "max.message.bytes": "1463640", "compression.type": "producer"},
+		ckpt: {"cleanup.policy": "compact", "compression.type": "producer"},
+	}
+	if len(rcs) != len(want) {
+		t.Errorf("configs of %d topics, want %d", len(rcs), len(want))
 	}
 	for _, rc := range rcs {
 		for _, c := range rc.Configs {
@@ -53,6 +68,16 @@ func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
 				t.Errorf("%s: %s = %q, want %q", rc.Name, c.Key, c.MaybeValue(), w)
 			}
 		}
+	}
+	if tds, err := adm.ListTopics(t.Context(), ckpt); err != nil || len(tds[ckpt].Partitions) != 1 {
+		t.Errorf("checkpoint topic %s: %d partitions (%v), want 1", ckpt, len(tds[ckpt].Partitions), err)
+	}
+	// The sink's slot and publication exist, so the processor's first
+	// state event is kept for the sink.
+	var slots, pubs int
+	if err := db.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1 AND plugin = 'pgoutput'),
+		(SELECT count(*) FROM pg_publication WHERE pubname = $1)`, slot).Scan(&slots, &pubs); err != nil || slots != 1 || pubs != 1 {
+		t.Errorf("after migrate: %d slots and %d publications named %s (%v), want 1 each", slots, pubs, slot, err)
 	}
 	var recorded int
 	if err := db.Pool.QueryRow(t.Context(), `SELECT partitions FROM topic_layout WHERE topic = $1`, raw).Scan(&recorded); err != nil || recorded != 3 {

@@ -39,7 +39,7 @@ func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
 // topic and keeps stopping and restarting them (a clean ctx cancel: drain
 // and leave the group) while records flow, so partitions move between
 // members again and again. At the end every record is in the inbox exactly
-// once, no effect was applied twice (transitions, postings and outbox rows
+// once, no effect was applied twice (transitions, postings and ledger movements
 // are what in-order replay makes, per payment balances match), the stored
 // offsets and owner epochs never went backwards, each stored offset always
 // matched the inbox rows below it, and the offsets reached the end of every
@@ -135,16 +135,16 @@ func TestGroupChurn(t *testing.T) {
 	t.Logf("%d restarts over %s, %d records", restarts, time.Since(churnStart).Round(time.Millisecond), len(recs))
 
 	total := len(recs)
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox`); n != total {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries`); n != total {
 		t.Errorf("inbox rows = %d, want %d (each record once)", n, total)
 	}
-	if n := count(t, db.Pool, `SELECT count(DISTINCT (topic, partition, kafka_offset)) FROM inbox`); n != total {
+	if n := count(t, db.Pool, `SELECT count(DISTINCT (topic, partition, kafka_offset)) FROM deliveries`); n != total {
 		t.Errorf("distinct records in the inbox = %d, want %d", n, total)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status NOT IN ('processed', 'ignored')`); n != 0 {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE status NOT IN ('processed', 'ignored')`); n != 0 {
 		t.Errorf("%d inbox rows neither processed nor ignored", n)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE reason = 'duplicate_event'`); n != payments {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE reason = 'duplicate_event'`); n != payments {
 		t.Errorf("redeliveries recorded = %d, want %d", n, payments)
 	}
 
@@ -159,7 +159,7 @@ func TestGroupChurn(t *testing.T) {
 		want := m.Replay(payment.State{}, facts)
 		wantTransitions += len(want.Transitions)
 		for _, tr := range want.Transitions {
-			wantPostings += len(tr.Postings)
+			wantPostings += 2 * len(tr.Movements) // the view has two legs per movement
 		}
 		if !maps.Equal(ledgers[h.key], want.State.Balances()) {
 			t.Errorf("%s: ledger %v, want %v", h.key, ledgers[h.key], want.State.Balances())
@@ -168,7 +168,7 @@ func TestGroupChurn(t *testing.T) {
 	for _, c := range []struct {
 		table string
 		want  int
-	}{{"payment_transitions", wantTransitions}, {"ledger_postings", wantPostings}, {"outbox", wantTransitions}} {
+	}{{"payment_transitions", wantTransitions}, {"ledger_postings", wantPostings}, {"ledger_movements", wantPostings / 2}} {
 		if n := count(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s`, c.table)); n != c.want {
 			t.Errorf("%s rows = %d, want %d (a duplicate effect would show here)", c.table, n, c.want)
 		}

@@ -68,7 +68,7 @@ func TestProcessorSurvivesConnectionResets(t *testing.T) {
 	go func() { defer wg.Done(); _ = p.Run(ctx) }()
 	t.Cleanup(func() { cancel(); wg.Wait() })
 
-	inbox := func() int { return count(t, db.Pool, `SELECT count(*) FROM inbox`) }
+	inbox := func() int { return count(t, db.Pool, `SELECT count(*) FROM deliveries`) }
 	cuts := 0
 	for cut := 1; cut <= 5; cut++ {
 		threshold := cut * len(recs) / 7
@@ -85,7 +85,7 @@ func TestProcessorSurvivesConnectionResets(t *testing.T) {
 	}
 	testenv.Eventually(t, 90*time.Second, func() bool { return inbox() == len(recs) }, "all %d records applied after %d cut connections", len(recs), cuts)
 
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE reason = 'duplicate_event'`); n != payments {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE reason = 'duplicate_event'`); n != payments {
 		t.Errorf("duplicate deliveries = %d, want %d", n, payments)
 	}
 	// created, paid and a partial refund: three transitions, the last two
@@ -96,7 +96,7 @@ func TestProcessorSurvivesConnectionResets(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM ledger_postings`); n != 4*payments {
 		t.Errorf("ledger postings = %d, want %d", n, 4*payments)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status IN ('received', 'quarantined')`); n != 0 {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE status IN ('received', 'quarantined')`); n != 0 {
 		t.Errorf("%d inbox rows undecided or quarantined by a transient fault", n)
 	}
 	t.Logf("cut %d connections", cuts)

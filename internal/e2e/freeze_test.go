@@ -182,7 +182,7 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	ends = endOffsetsByPartition(t, brokers, raw)
 	testenv.WaitFor(t, 120*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
 	watch.check(t)
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox`); n != len(recs)+partitions {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries`); n != len(recs)+partitions {
 		t.Errorf("inbox rows = %d, want one per record (%d)", n, len(recs)+partitions)
 	}
 	checkExactlyOnce(t, db.Pool, hs)

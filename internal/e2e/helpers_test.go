@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -17,6 +18,7 @@ import (
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/ledger"
 	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
 	"github.com/paystream/paystream/sink"
 )
@@ -117,17 +119,48 @@ func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *servi
 	return startService(t, "processor", proc.Run)
 }
 
-// runSink runs a sink relay in the test process.
+// runSink runs a sink relay in the test process, on its own checkpoint
+// topic. Like paystream migrate, it first creates the schema's replication
+// slot, so every state event committed after runSink returns is relayed
+// however late the relay starts; it drops the slot and its publication
+// once the relay stopped (the slot would hold the shared server's WAL).
 func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *service {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := sink.SetupSlot(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dropSlot(t, pool) })
 	relay, err := sink.New(pool, sink.Config{
-		Brokers: brokers, Topic: topic, PollInterval: 10 * time.Millisecond,
+		Brokers: brokers, Topic: topic, CheckpointTopic: testenv.Topic(t, "ckpt", 1),
+		MaxBatchDelay: 5 * time.Millisecond, HeartbeatInterval: time.Second,
 		Logger: testLogger(t), Registerer: prometheus.NewRegistry(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return startService(t, "sink", relay.Run)
+}
+
+// dropSlot drops the replication slot and publication of pool's schema
+// (sink.SlotName) once no relay streams it.
+func dropSlot(t testing.TB, pool *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		t.Errorf("drop replication slot: %v", err)
+		return
+	}
+	slot := sink.SlotName(schema)
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
+		return err
+	})
+	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{slot}.Sanitize()); err != nil {
+		t.Errorf("drop publication %s: %v", slot, err)
+	}
 }
 
 // endOffsetsByPartition returns each partition's end offset.
@@ -220,8 +253,8 @@ func watchOffsets(t testing.TB, pool *pgxpool.Pool, group, topic string) *offset
 			// are seen as of the same commit.
 			rows, err := pool.Query(context.Background(), `
 				SELECT co.partition, co.next_offset, co.owner_epoch,
-				       (SELECT count(*) FROM inbox i WHERE i.topic = co.topic AND i.partition = co.partition AND i.kafka_offset < co.next_offset),
-				       (SELECT count(*) FROM inbox i WHERE i.topic = co.topic AND i.partition = co.partition AND i.kafka_offset >= co.next_offset)
+				       (SELECT count(*) FROM deliveries i WHERE i.topic = co.topic AND i.partition = co.partition AND i.kafka_offset < co.next_offset),
+				       (SELECT count(*) FROM deliveries i WHERE i.topic = co.topic AND i.partition = co.partition AND i.kafka_offset >= co.next_offset)
 				  FROM consumer_offsets co WHERE co.group_id = $1 AND co.topic = $2`, group, topic)
 			if err != nil {
 				continue
@@ -319,39 +352,75 @@ type stateRecord struct {
 	ev      envelope.State
 }
 
-// consumeState reads want records of the normalized topic from the start,
-// in each partition's order.
-func consumeState(t testing.TB, brokers []string, topic string, want int, timeout time.Duration) []stateRecord {
+// decodeState decodes a record of the normalized topic.
+func decodeState(t testing.TB, r *kgo.Record) stateRecord {
 	t.Helper()
+	sr := stateRecord{raw: r.Value}
+	for _, h := range r.Headers {
+		if h.Key == envelope.HeaderEventID {
+			sr.eventID = string(h.Value)
+		}
+	}
+	if err := json.Unmarshal(r.Value, &sr.ev); err != nil {
+		t.Fatalf("state record %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+	}
+	if string(r.Key) != sr.ev.PaymentKey {
+		t.Errorf("state record %s: key %q, payment_key %q", sr.eventID, r.Key, sr.ev.PaymentKey)
+	}
+	return sr
+}
+
+// committedState returns every record of the normalized topic a
+// read_committed consumer sees, up to each partition's last stable offset
+// at the time of the call, in each partition's order. The topic's end
+// offsets also count the sink's transaction markers (and records of
+// aborted transactions), so they are not a record count.
+func committedState(t testing.TB, brokers []string, topic string) []stateRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admCl.Close()
+	stable, err := kadm.NewClient(admCl).ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		t.Fatalf("last stable offsets of %s: %v", topic, err)
+	}
+	todo := map[int32]int64{}
+	stable.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			todo[o.Partition] = o.Offset
+		}
+	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// Markers too, so the read sees it reached a partition's last
+		// stable offset when the last offsets below it are markers.
+		kgo.KeepControlRecords())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	var out []stateRecord
-	for len(out) < want {
+	for len(todo) > 0 {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("consumed %d of %d state records within %s", len(out), want, timeout)
+			t.Fatalf("read %s: partitions %v not read to their last stable offset within 2m", topic, todo)
 		}
 		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
 		fs.EachRecord(func(r *kgo.Record) {
-			sr := stateRecord{raw: r.Value}
-			for _, h := range r.Headers {
-				if h.Key == envelope.HeaderEventID {
-					sr.eventID = string(h.Value)
-				}
+			if end, ok := todo[r.Partition]; ok && r.Offset+1 >= end {
+				delete(todo, r.Partition)
 			}
-			if err := json.Unmarshal(r.Value, &sr.ev); err != nil {
-				t.Fatalf("state record %s/%d@%d: %v", r.Topic, r.Partition, r.Offset, err)
+			if !r.Attrs.IsControl() {
+				out = append(out, decodeState(t, r))
 			}
-			if string(r.Key) != sr.ev.PaymentKey {
-				t.Errorf("state record %s: key %q, payment_key %q", sr.eventID, r.Key, sr.ev.PaymentKey)
-			}
-			out = append(out, sr)
 		})
 	}
 	return out

@@ -92,7 +92,7 @@ func TestMisconfigurationStallsInsteadOfQuarantining(t *testing.T) {
 	waitCaughtUp(t, db.Pool, brokers, group, raw, 60*time.Second)
 	checkExactlyOnce(t, db.Pool, first)
 
-	if _, err := db.Pool.Exec(ctx, "REVOKE INSERT ON ledger_postings FROM "+role); err != nil {
+	if _, err := db.Pool.Exec(ctx, "REVOKE INSERT ON ledger_movements FROM "+role); err != nil {
 		t.Fatal(err)
 	}
 	produceRaw(t, brokers, historyRecords(t, raw, second)...)
@@ -117,7 +117,7 @@ func TestMisconfigurationStallsInsteadOfQuarantining(t *testing.T) {
 		t.Errorf("no error log naming SQLSTATE 42501, the class and a fix; logs:\n%s", s)
 	}
 
-	if _, err := db.Pool.Exec(ctx, "GRANT INSERT ON ledger_postings TO "+role); err != nil {
+	if _, err := db.Pool.Exec(ctx, "GRANT INSERT ON ledger_movements TO "+role); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 60*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })

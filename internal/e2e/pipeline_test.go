@@ -22,7 +22,6 @@ import (
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
-	"github.com/paystream/paystream/sink"
 )
 
 const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
@@ -86,12 +85,7 @@ sources:
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = proc.Run(ctx) }()
 	}
-	relay, err := sink.New(p.db.Pool, sink.Config{Brokers: p.brokers, Topic: p.state})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = relay.Run(ctx) }()
+	runSink(t, p.db.Pool, p.brokers, p.state)
 	return p
 }
 
@@ -150,7 +144,7 @@ func endOffsets(t *testing.T, brokers []string, topic string) int64 {
 func consumeAll(t *testing.T, brokers []string, topic string, want int, timeout time.Duration) []*kgo.Record {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,15 +200,13 @@ func TestDuplicateDeliveriesHaveOneEffect(t *testing.T) {
 
 	pool := p.db.Pool
 	testenv.Eventually(t, 30*time.Second, func() bool {
-		return count(t, pool, `SELECT count(*) FROM inbox WHERE payment_key = 'acme:pay_1' AND status <> 'received'`) == 3 &&
-			count(t, pool, `SELECT count(*) FROM outbox WHERE published_at IS NULL`) == 0 &&
-			count(t, pool, `SELECT count(*) FROM outbox`) > 0
-	}, "three deliveries processed and the outbox relayed")
+		return count(t, pool, `SELECT count(*) FROM deliveries WHERE payment_key = 'acme:pay_1' AND status <> 'received'`) == 3
+	}, "three deliveries processed")
 
-	if n := count(t, pool, `SELECT count(*) FROM inbox WHERE payment_key = 'acme:pay_1' AND status = 'processed'`); n != 1 {
+	if n := count(t, pool, `SELECT count(*) FROM deliveries WHERE payment_key = 'acme:pay_1' AND status = 'processed'`); n != 1 {
 		t.Errorf("processed inbox rows = %d, want 1", n)
 	}
-	if n := count(t, pool, `SELECT count(*) FROM inbox WHERE payment_key = 'acme:pay_1' AND status = 'ignored' AND reason = 'duplicate_event'`); n != 2 {
+	if n := count(t, pool, `SELECT count(*) FROM deliveries WHERE payment_key = 'acme:pay_1' AND status = 'ignored' AND reason = 'duplicate_event'`); n != 2 {
 		t.Errorf("inbox rows ignored as duplicate_event = %d, want 2", n)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM payment_transitions WHERE payment_key = 'acme:pay_1'`); n != 1 {
@@ -230,8 +222,8 @@ func TestDuplicateDeliveriesHaveOneEffect(t *testing.T) {
 		t.Errorf("raw topic holds %d records, want 3 (every 200 was produced)", n)
 	}
 	recs := consumeAll(t, p.brokers, p.state, 1, 10*time.Second)
-	if n := endOffsets(t, p.brokers, p.state); n != 1 || len(recs) != 1 {
-		t.Fatalf("state topic holds %d records (consumed %d), want exactly 1", n, len(recs))
+	if n := len(committedState(t, p.brokers, p.state)); n != 1 || len(recs) != 1 {
+		t.Fatalf("state topic holds %d committed records (consumed %d), want exactly 1", n, len(recs))
 	}
 	if got, want := string(recs[0].Key), "acme:pay_1"; got != want {
 		t.Errorf("state record key = %q, want %q", got, want)

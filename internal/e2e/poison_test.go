@@ -97,8 +97,8 @@ func TestPoisonNeverBlocksPartition(t *testing.T) {
 		payload                     []byte
 	}
 	rows, err := db.Pool.Query(ctx, `
-		SELECT kafka_offset, id, source, dedup_key, event_type, payment_key, status, COALESCE(reason, ''), duplicate_of, payload
-		  FROM inbox WHERE topic = $1 AND partition = 0`, raw)
+		SELECT kafka_offset, id, source, dedup_key, event_type, payment_key, status, COALESCE(reason, ''), duplicate_of, record
+		  FROM deliveries WHERE topic = $1 AND partition = 0`, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestPoisonNeverBlocksPartition(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM payments WHERE held`); n != 2 {
 		t.Errorf("%d payments held, want 2 (a keyless record holds nothing)", n)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status = 'received'`); n != 0 {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE status = 'received'`); n != 0 {
 		t.Errorf("%d inbox rows left undecided", n)
 	}
 }
@@ -230,10 +230,10 @@ func TestPoisonAloneInBatches(t *testing.T) {
 		return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
 	})
 	watch.check(t)
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status = 'quarantined' AND reason <> ''`); n != 10 {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE status = 'quarantined' AND reason <> ''`); n != 10 {
 		t.Errorf("quarantined with a reason = %d, want 10", n)
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE status = 'processed'`); n != 10 {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE status = 'processed'`); n != 10 {
 		t.Errorf("processed = %d, want 10", n)
 	}
 	if n := count(t, db.Pool, `SELECT count(*) FROM ledger_postings`); n != 20 {

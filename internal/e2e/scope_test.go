@@ -33,16 +33,16 @@ func historyRecords(t *testing.T, topic string, hs []history) []*kgo.Record {
 
 // effects counts what the pipeline wrote that has an effect.
 type effects struct {
-	transitions, postings, outbox, held, quarantined int
+	transitions, postings, movements, held, quarantined int
 }
 
 func takeEffects(t *testing.T, pool *pgxpool.Pool) effects {
 	t.Helper()
 	var e effects
 	err := pool.QueryRow(context.Background(), `
-		SELECT (SELECT count(*) FROM payment_transitions), (SELECT count(*) FROM ledger_postings), (SELECT count(*) FROM outbox),
-		       (SELECT count(*) FROM payments WHERE held), (SELECT count(*) FROM inbox WHERE status = 'quarantined')`).
-		Scan(&e.transitions, &e.postings, &e.outbox, &e.held, &e.quarantined)
+		SELECT (SELECT count(*) FROM payment_transitions), (SELECT count(*) FROM ledger_postings), (SELECT count(*) FROM ledger_movements),
+		       (SELECT count(*) FROM payments WHERE held), (SELECT count(*) FROM deliveries WHERE status = 'quarantined')`).
+		Scan(&e.transitions, &e.postings, &e.movements, &e.held, &e.quarantined)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func takeEffects(t *testing.T, pool *pgxpool.Pool) effects {
 
 // checkExactlyOnce fails the test unless the database holds exactly the
 // effects of applying each of hs's events once, in order: transitions,
-// postings, outbox events and every payment's ledger balances.
+// postings, ledger movements and every payment's ledger balances.
 func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, hs []history) {
 	t.Helper()
 	var m payment.Machine
@@ -64,9 +64,9 @@ func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, hs []history) {
 		}
 		r := m.Replay(payment.State{}, facts)
 		want.transitions += len(r.Transitions)
-		want.outbox += len(r.Transitions)
 		for _, tr := range r.Transitions {
-			want.postings += len(tr.Postings)
+			want.movements += len(tr.Movements)
+			want.postings += 2 * len(tr.Movements) // the view has two legs per movement
 		}
 		if b := r.State.Balances(); len(b) > 0 {
 			balances[h.key] = b
@@ -115,8 +115,8 @@ func TestNewGroupRereadsAsDuplicates(t *testing.T) {
 	a.stop()
 	checkExactlyOnce(t, db.Pool, hs)
 	before := takeEffects(t, db.Pool)
-	inboxA := count(t, db.Pool, `SELECT count(*) FROM inbox`)
-	maxA := count(t, db.Pool, `SELECT max(id) FROM inbox`)
+	inboxA := count(t, db.Pool, `SELECT count(*) FROM deliveries`)
+	maxA := count(t, db.Pool, `SELECT max(id) FROM deliveries`)
 
 	start := time.Now()
 	b := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: groupB})
@@ -124,10 +124,10 @@ func TestNewGroupRereadsAsDuplicates(t *testing.T) {
 	b.stop()
 	t.Logf("group B re-read %d records in %s", len(recs), time.Since(start).Round(time.Millisecond))
 
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox`) - inboxA; n != len(recs) {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries`) - inboxA; n != len(recs) {
 		t.Errorf("group B wrote %d inbox rows, want one per record (%d)", n, len(recs))
 	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM inbox WHERE id > $1 AND status = 'ignored' AND reason = 'duplicate_event'`, maxA); n != len(recs) {
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE id > $1 AND status = 'ignored' AND reason = 'duplicate_event'`, maxA); n != len(recs) {
 		t.Errorf("only %d of group B's %d rows are ignored duplicate_event rows", n, len(recs))
 	}
 	if after := takeEffects(t, db.Pool); after != before {

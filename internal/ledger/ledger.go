@@ -1,12 +1,15 @@
-// Package ledger is paystream's double-entry ledger model: postings that
-// balance to zero per transition and currency, and balances derived from
-// postings alone. It is pure: no I/O.
+// Package ledger is paystream's double-entry ledger model. A money movement
+// is one Movement: a debit account, a credit account, a positive amount and
+// a currency (TigerBeetle's transfer model), so every entry balances by
+// construction. Signed postings per account and balances are views derived
+// from movements. It is pure: no I/O.
 //
 // # Sign convention
 //
 // A Posting's AmountMinor is signed integer minor units: debits are
-// positive, credits negative. A journal entry (the postings of one payment
-// transition) balances when its amounts sum to zero in every currency.
+// positive, credits negative. A Movement of A from D to C is the postings
+// {D: +A, C: -A}. A journal entry (the movements of one payment transition)
+// therefore sums to zero in every currency.
 //
 // # Chart of accounts
 //
@@ -65,6 +68,100 @@ type Posting struct {
 	Currency    string `json:"currency"`
 }
 
+// Movement moves AmountMinor (> 0) of Currency: it debits Debit and credits
+// Credit. It is the one row the ledger stores per money movement.
+type Movement struct {
+	Debit       string `json:"debit"`
+	Credit      string `json:"credit"`
+	AmountMinor int64  `json:"amount_minor"`
+	Currency    string `json:"currency"`
+}
+
+// ErrInvalidMovement is returned, wrapped, by ValidateMovements for a
+// movement the ledger_movements table would refuse.
+var ErrInvalidMovement = errors.New("invalid movement")
+
+// ValidateMovements checks ms the way the ledger_movements table does: both
+// accounts named and different, a positive amount, a currency of three
+// upper-case letters. Errors wrap ErrInvalidMovement.
+func ValidateMovements(ms []Movement) error {
+	for i, m := range ms {
+		switch {
+		case m.Debit == "" || m.Credit == "":
+			return fmt.Errorf("movement %d: missing account: %w", i, ErrInvalidMovement)
+		case m.Debit == m.Credit:
+			return fmt.Errorf("movement %d: debits and credits %s: %w", i, m.Debit, ErrInvalidMovement)
+		case m.AmountMinor <= 0:
+			return fmt.Errorf("movement %d: amount %d not positive: %w", i, m.AmountMinor, ErrInvalidMovement)
+		case !isCurrency(m.Currency):
+			return fmt.Errorf("movement %d: currency %q not an ISO 4217 code: %w", i, m.Currency, ErrInvalidMovement)
+		}
+	}
+	return nil
+}
+
+// Movements turns a balanced journal entry into movements: per currency,
+// debits (positive postings) and credits (negative ones), each in account
+// order, are matched greedily (currencies in order), so n postings make at most n-1 movements,
+// always the same ones for the same postings. Postings that do not balance
+// fail with ErrUnbalanced. (Migration 004 converts stored postings with the
+// same rule.)
+func Movements(ps []Posting) ([]Movement, error) {
+	if err := Balanced(ps); err != nil {
+		return nil, err
+	}
+	sorted := slices.Clone(ps)
+	slices.SortFunc(sorted, func(a, b Posting) int { return Key{a.Account, a.Currency}.Compare(Key{b.Account, b.Currency}) })
+	var out []Movement
+	for _, cur := range currencies(sorted) {
+		var debits, credits []Posting
+		for _, p := range sorted {
+			switch {
+			case p.Currency != cur:
+			case p.AmountMinor > 0:
+				debits = append(debits, p)
+			case p.AmountMinor < 0:
+				credits = append(credits, Posting{p.Account, -p.AmountMinor, p.Currency})
+			}
+		}
+		for len(debits) > 0 && len(credits) > 0 {
+			d, c := &debits[0], &credits[0]
+			amt := min(d.AmountMinor, c.AmountMinor)
+			out = append(out, Movement{Debit: d.Account, Credit: c.Account, AmountMinor: amt, Currency: cur})
+			d.AmountMinor -= amt
+			c.AmountMinor -= amt
+			if d.AmountMinor == 0 {
+				debits = debits[1:]
+			}
+			if c.AmountMinor == 0 {
+				credits = credits[1:]
+			}
+		}
+	}
+	return out, nil
+}
+
+// Postings returns the signed postings of ms, two per movement (the debit,
+// then the credit), in order: the per-account view of the movements.
+func Postings(ms []Movement) []Posting {
+	ps := make([]Posting, 0, 2*len(ms))
+	for _, m := range ms {
+		ps = append(ps,
+			Posting{Account: m.Debit, AmountMinor: m.AmountMinor, Currency: m.Currency},
+			Posting{Account: m.Credit, AmountMinor: -m.AmountMinor, Currency: m.Currency})
+	}
+	return ps
+}
+
+// currencies returns the currencies of ps, sorted.
+func currencies(ps []Posting) []string {
+	set := make(map[string]bool, 1)
+	for _, p := range ps {
+		set[p.Currency] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
 // Key identifies one balance: an account in one currency.
 type Key struct {
 	Account  string
@@ -86,8 +183,7 @@ func (k Key) Compare(o Key) int {
 // do not sum to zero in some currency.
 var ErrUnbalanced = errors.New("postings do not balance")
 
-// ErrInvalidPosting is returned, wrapped, by Validate for a posting the
-// ledger_postings table would refuse.
+// ErrInvalidPosting is returned, wrapped, by Validate for a malformed posting.
 var ErrInvalidPosting = errors.New("invalid posting")
 
 // Balanced reports whether ps sum to zero in every currency. The error names
@@ -106,8 +202,7 @@ func Balanced(ps []Posting) error {
 	return nil
 }
 
-// Validate checks ps as one journal entry, the way the ledger_postings table
-// does: every posting names an account, has a non-zero amount and a currency
+// Validate checks ps as one journal entry: every posting names an account, has a non-zero amount and a currency
 // of three upper-case letters; no account appears twice in one currency; and
 // the entry is Balanced. Errors wrap ErrInvalidPosting or ErrUnbalanced.
 func Validate(ps []Posting) error {

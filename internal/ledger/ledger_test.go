@@ -104,3 +104,42 @@ func TestKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestMovements(t *testing.T) {
+	t.Parallel()
+	p := func(acct string, amt int64, cur string) ledger.Posting {
+		return ledger.Posting{Account: acct, AmountMinor: amt, Currency: cur}
+	}
+	cases := []struct {
+		name string
+		in   []ledger.Posting
+		want int
+		err  error
+	}{
+		{"empty", nil, 0, nil},
+		{"capture", []ledger.Posting{p("merchant_payable", -1000, "BRL"), p("gateway_receivable", 1000, "BRL")}, 1, nil},
+		{"three legs", []ledger.Posting{p("a", 5, "BRL"), p("b", 3, "BRL"), p("c", -8, "BRL")}, 2, nil},
+		{"two currencies", []ledger.Posting{p("a", 5, "BRL"), p("b", -5, "BRL"), p("a", 7, "USD"), p("b", -7, "USD")}, 2, nil},
+		{"unbalanced", []ledger.Posting{p("a", 5, "BRL"), p("b", -4, "BRL")}, 0, ledger.ErrUnbalanced},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ms, err := ledger.Movements(tc.in)
+			if !errors.Is(err, tc.err) {
+				t.Fatalf("err %v, want %v", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			if len(ms) != tc.want {
+				t.Fatalf("%d movements %v, want %d", len(ms), ms, tc.want)
+			}
+			if err := ledger.ValidateMovements(ms); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := ledger.Balances(ledger.Postings(ms)), ledger.Balances(tc.in); !maps.Equal(got, want) {
+				t.Fatalf("balances %v, want %v", got, want)
+			}
+		})
+	}
+}

@@ -24,7 +24,7 @@ func ExampleMachine_Apply() {
 		fmt.Println(f.Status+":", verdict(d))
 		for _, t := range d.Transitions {
 			fmt.Printf("  v%d %q -> %q %s %d %s\n", t.Version, t.From, t.To, t.Kind, t.AmountMinor, t.Currency)
-			for _, p := range t.Postings {
+			for _, p := range t.Postings() {
 				fmt.Printf("    %-18s %+d\n", p.Account, p.AmountMinor)
 			}
 		}
@@ -126,7 +126,7 @@ func verdict(d payment.Decision) string {
 func postingsOf(ts []payment.Transition) [][]ledger.Posting {
 	var js [][]ledger.Posting
 	for _, t := range ts {
-		js = append(js, t.Postings)
+		js = append(js, t.Postings())
 	}
 	return js
 }

@@ -91,18 +91,18 @@ func checkDecision(before, input payment.State, d payment.Decision) error {
 	case d.State.RefundedMinor > d.State.CapturedMinor || d.State.RefundedMinor < before.RefundedMinor:
 		return fmt.Errorf("refunded %d -> %d of %d", before.RefundedMinor, d.State.RefundedMinor, d.State.CapturedMinor)
 	}
-	if len(tr.Postings) > 0 {
-		if err := ledger.Validate(tr.Postings); err != nil {
+	if len(tr.Postings()) > 0 {
+		if err := ledger.Validate(tr.Postings()); err != nil {
 			return fmt.Errorf("transition postings: %w", err)
 		}
 	}
 	want := before.Balances()
-	for k, v := range ledger.Balances(tr.Postings) {
+	for k, v := range ledger.Balances(tr.Postings()) {
 		want[k] += v
 	}
 	maps.DeleteFunc(want, func(_ ledger.Key, v int64) bool { return v == 0 })
 	if got := d.State.Balances(); !maps.Equal(got, want) {
-		return fmt.Errorf("balances %v + postings %v = %v, state says %v", before.Balances(), tr.Postings, want, got)
+		return fmt.Errorf("balances %v + postings %v = %v, state says %v", before.Balances(), tr.Postings(), want, got)
 	}
 	return nil
 }
@@ -156,17 +156,17 @@ func checkTransitions(from payment.State, ts []payment.Transition, to payment.St
 			return fmt.Errorf("transition v%d from %q, but the payment was %q", tr.Version, tr.From, prev)
 		}
 		prev = tr.To
-		if len(tr.Postings) > 0 {
-			if err := ledger.Validate(tr.Postings); err != nil {
+		if len(tr.Postings()) > 0 {
+			if err := ledger.Validate(tr.Postings()); err != nil {
 				return fmt.Errorf("transition v%d: %w", tr.Version, err)
 			}
 		}
-		for _, p := range tr.Postings {
+		for _, p := range tr.Postings() {
 			if p.Currency != to.Currency {
 				return fmt.Errorf("transition v%d posts %s, payment is %s", tr.Version, p.Currency, to.Currency)
 			}
 		}
-		journals = append(journals, tr.Postings)
+		journals = append(journals, tr.Postings())
 	}
 	if to.Version != from.Version+int64(len(ts)) || prev != to.Status {
 		return fmt.Errorf("end state v%d %q after %d transitions from v%d ending in %q", to.Version, to.Status, len(ts), from.Version, prev)

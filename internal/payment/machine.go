@@ -55,7 +55,7 @@ type State struct {
 	LastEventAt time.Time `json:"last_event_at"`
 }
 
-// Transition is one real change of a payment. Side effects (ledger postings,
+// Transition is one real change of a payment. Side effects (ledger movements,
 // the outbox event) belong to transitions, never to events.
 type Transition struct {
 	// From is the payment's status before, "" for its first transition.
@@ -77,9 +77,24 @@ type Transition struct {
 	// RefundID is the refund's id for refund kinds (FullRefundID for a full
 	// refund without id).
 	RefundID string `json:"refund_id,omitempty"`
-	// Postings are the transition's balanced journal entry, sorted by
-	// account, at most one per account; empty when no money moves.
-	Postings []ledger.Posting `json:"postings,omitempty"`
+	// Movements are the money the transition moves (ledger.Movements of
+	// the balance differences); empty when no money moves.
+	Movements []ledger.Movement `json:"movements,omitempty"`
+}
+
+// Postings returns the transition's journal entry as signed postings per
+// account (the debit and credit legs of its movements), sorted by account,
+// at most one per account and currency.
+func (t Transition) Postings() []ledger.Posting {
+	b := ledger.Balances(ledger.Postings(t.Movements))
+	ps := make([]ledger.Posting, 0, len(b))
+	for _, k := range ledger.Keys(b) {
+		ps = append(ps, ledger.Posting{Account: k.Account, AmountMinor: b[k], Currency: k.Currency})
+	}
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps
 }
 
 // Decision is Machine.Apply's verdict on one Fact.
@@ -303,8 +318,14 @@ func commit(s State, c change, f Fact) Decision {
 		AmountMinor: c.amount,
 		Currency:    n.Currency,
 		RefundID:    c.refundID,
-		Postings:    postings(s.Balances(), n.Balances()),
 	}
+	// Balances before and after always differ by a balanced entry (both
+	// come from State.Balances, which sums to zero per currency).
+	mv, err := ledger.Movements(postings(s.Balances(), n.Balances()))
+	if err != nil {
+		panic("payment: unbalanced transition: " + err.Error())
+	}
+	t.Movements = mv
 	return Decision{Outcome: OutcomeApplied, State: n, Transitions: []Transition{t}}
 }
 

@@ -268,8 +268,8 @@ func TestMachineApply(t *testing.T) {
 			if d.State.Status != tc.status || tr.Kind != tc.kind || tr.AmountMinor != tc.amount {
 				t.Fatalf("applied to %s, %s %d; want %s, %s %d", d.State.Status, tr.Kind, tr.AmountMinor, tc.status, tc.kind, tc.amount)
 			}
-			if !slices.Equal(tr.Postings, tc.postings) {
-				t.Fatalf("postings = %v, want %v", tr.Postings, tc.postings)
+			if !slices.Equal(tr.Postings(), tc.postings) {
+				t.Fatalf("postings = %v, want %v", tr.Postings(), tc.postings)
 			}
 			if tr.Currency != "BRL" || d.State.Currency != "BRL" {
 				t.Fatalf("currency = %q, state %q; want BRL", tr.Currency, d.State.Currency)

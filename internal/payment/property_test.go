@@ -85,7 +85,7 @@ func fmtFacts(fs []payment.Fact) string {
 func journals(ts []payment.Transition) [][]ledger.Posting {
 	js := make([][]ledger.Posting, len(ts))
 	for i, t := range ts {
-		js[i] = t.Postings
+		js[i] = t.Postings()
 	}
 	return js
 }

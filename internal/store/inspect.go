@@ -1,6 +1,3 @@
-// Package store holds paystream's read-side queries over Postgres: what
-// operators and tests look at (a payment's state, ledger and event history).
-// The write side lives with its single writer, the processor.
 package store
 
 import (
@@ -11,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paystream/paystream/internal/ledger"
 )
 
 // ErrNotFound is returned for a payment paystream has never seen.
@@ -87,16 +86,26 @@ func InspectPayment(ctx context.Context, pool *pgxpool.Pool, paymentKey string) 
 	}
 
 	rows, err := pool.Query(ctx, `
-		SELECT version, account, amount_minor, currency FROM ledger_postings
-		 WHERE payment_key = $1 ORDER BY version, id`, paymentKey)
+		SELECT version, debit_account, credit_account, amount_minor, currency FROM ledger_movements
+		 WHERE payment_key = $1 ORDER BY version, movement`, paymentKey)
 	if err != nil {
 		return nil, fmt.Errorf("load ledger: %w", err)
 	}
-	if p.Ledger, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Posting]); err != nil {
+	var version int64
+	var m ledger.Movement
+	_, err = pgx.ForEachRow(rows, []any{&version, &m.Debit, &m.Credit, &m.AmountMinor, &m.Currency}, func() error {
+		// The signed postings per account are a view of the movements.
+		for _, ps := range ledger.Postings([]ledger.Movement{m}) {
+			p.Ledger = append(p.Ledger, Posting{Version: version, Account: ps.Account, AmountMinor: ps.AmountMinor, Currency: ps.Currency})
+			p.Balances[ps.Account+":"+ps.Currency] += ps.AmountMinor
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("load ledger: %w", err)
 	}
-	for _, ps := range p.Ledger {
-		p.Balances[ps.Account+":"+ps.Currency] += ps.AmountMinor
+	if p.Ledger == nil {
+		p.Ledger = []Posting{}
 	}
 
 	rows, err = pool.Query(ctx, `
@@ -112,7 +121,7 @@ func InspectPayment(ctx context.Context, pool *pgxpool.Pool, paymentKey string) 
 	rows, err = pool.Query(ctx, `
 		SELECT id, COALESCE(event_id, ''), dedup_key, event_type, status, COALESCE(reason, ''), occurred_at, received_at,
 		       topic || '/' || partition || '@' || kafka_offset
-		  FROM inbox WHERE payment_key = $1 ORDER BY id`, paymentKey)
+		  FROM deliveries WHERE payment_key = $1 ORDER BY id`, paymentKey)
 	if err != nil {
 		return nil, fmt.Errorf("load events: %w", err)
 	}

@@ -36,19 +36,19 @@ func seed(t *testing.T, pool *pgxpool.Pool, key string, partition int) time.Time
 		}{
 			{`INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state, last_event_at)
 			  VALUES ($1, 'acme', split_part($1, ':', 2), 'partially_refunded', 2, 1050, 'BRL', '{}', $2)`, []any{key, at.Add(2 * time.Minute)}},
-			{`INSERT INTO inbox (id, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of, topic, partition, kafka_offset, occurred_at, received_at)
-			  VALUES (nextval('inbox_id_seq'), 'acme', $1 || ':paid', $1 || ':paid', 'payment.paid', $1, 'processed', NULL, NULL, 'raw', $5, 10, $2, $2),
-			         (nextval('inbox_id_seq'), 'acme', $1 || ':created', $1 || ':created', 'payment.created', $1, 'ignored', 'stale', NULL, 'raw', $5, 11, $3, $2),
-			         (nextval('inbox_id_seq'), 'acme', $1 || ':refund', NULL, 'payment.partially_refunded', $1, 'processed', NULL, NULL, 'raw', $5, 12, $4, $4)`,
+			{`INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of, topic, partition, kafka_offset, occurred_at, received_at)
+			  VALUES (nextval('deliveries_id_seq'), now(), 'acme', $1 || ':paid', $1 || ':paid', 'payment.paid', $1, 'processed', NULL, NULL, 'raw', $5, 10, $2, $2),
+			         (nextval('deliveries_id_seq'), now(), 'acme', $1 || ':created', $1 || ':created', 'payment.created', $1, 'ignored', 'stale', NULL, 'raw', $5, 11, $3, $2),
+			         (nextval('deliveries_id_seq'), now(), 'acme', $1 || ':refund', NULL, 'payment.partially_refunded', $1, 'processed', NULL, NULL, 'raw', $5, 12, $4, $4)`,
 				[]any{key, at.Add(time.Minute), at, at.Add(2 * time.Minute), partition}},
-			{`INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of, topic, partition, kafka_offset, received_at)
-			  SELECT source, dedup_key, event_id, event_type, payment_key, 'ignored', 'duplicate_event', id, topic, partition, 13, received_at
-			    FROM inbox WHERE dedup_key = $1 || ':paid'`, []any{key}},
+			{`INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of, topic, partition, kafka_offset, received_at)
+			  SELECT nextval('deliveries_id_seq'), now(), source, dedup_key, event_id, event_type, payment_key, 'ignored', 'duplicate_event', id, topic, partition, 13, received_at
+			    FROM deliveries WHERE dedup_key = $1 || ':paid'`, []any{key}},
 			{`INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, refund_id)
 			  VALUES ($1, 1, '', 'paid', 'capture', 1050, 'BRL', NULL), ($1, 2, 'paid', 'partially_refunded', 'refund', 50, 'BRL', 're_1')`, []any{key}},
-			{`INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency)
-			  VALUES ($1, 1, 'gateway_receivable', 1050, 'BRL'), ($1, 1, 'merchant_payable', -1050, 'BRL'),
-			         ($1, 2, 'merchant_payable', 50, 'BRL'), ($1, 2, 'gateway_receivable', -50, 'BRL')`, []any{key}},
+			{`INSERT INTO ledger_movements (payment_key, version, movement, debit_account, credit_account, amount_minor, currency)
+			  VALUES ($1, 1, 0, 'gateway_receivable', 'merchant_payable', 1050, 'BRL'),
+			         ($1, 2, 0, 'merchant_payable', 'gateway_receivable', 50, 'BRL')`, []any{key}},
 		}
 		for _, s := range stmts {
 			if _, err := tx.Exec(t.Context(), s.sql, s.args...); err != nil {
@@ -86,7 +86,7 @@ func TestInspectPayment(t *testing.T) {
 		{2, "merchant_payable", 50, "BRL"}, {2, "gateway_receivable", -50, "BRL"},
 	}
 	if !reflect.DeepEqual(p.Ledger, wantLedger) {
-		t.Errorf("Ledger = %+v, want %+v (version, then insertion order)", p.Ledger, wantLedger)
+		t.Errorf("Ledger = %+v, want %+v (version, then movement, debit before credit)", p.Ledger, wantLedger)
 	}
 	wantBalances := map[string]int64{"gateway_receivable:BRL": 1000, "merchant_payable:BRL": -1000}
 	if !reflect.DeepEqual(p.Balances, wantBalances) {

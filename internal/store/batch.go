@@ -1,0 +1,404 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/statelog"
+)
+
+// DedupKey identifies an event: its source and dedup key.
+type DedupKey struct {
+	Source string
+	Key    string
+}
+
+// LockedPayment is a payment read, locked, by Load.
+type LockedPayment struct {
+	Key string
+	// Found is false for a payment not stored yet.
+	Found bool
+	State payment.State
+	Held  bool
+	// Waiting are its deferred deliveries that a transition may resume,
+	// oldest first: not those of a held payment's hold (replay's) nor those
+	// awaiting a refetch (the sweeper's).
+	Waiting []StoredDelivery
+}
+
+// Loaded is what Load read.
+type Loaded struct {
+	// IDs are fresh delivery ids, in allocation order.
+	IDs []int64
+	// Known are the dedup keys already stored, of those asked.
+	Known map[DedupKey]bool
+	// Payments are the payments asked, by key.
+	Payments map[string]*LockedPayment
+}
+
+// Load reads what a batch decides on, in one round trip: it allocates ids
+// for new deliveries, finds which of keys are stored already, and
+// locks the payments (in key order, so two writers never deadlock) with
+// their waiting deliveries.
+func Load(ctx context.Context, tx pgx.Tx, ids int, keys []DedupKey, payments []string) (Loaded, error) {
+	out := Loaded{Known: map[DedupKey]bool{}, Payments: map[string]*LockedPayment{}}
+	b := &pgx.Batch{}
+	if ids > 0 {
+		b.Queue(`SELECT nextval('deliveries_id_seq') FROM generate_series(1, $1::int)`, ids).Query(func(rows pgx.Rows) error {
+			var id int64
+			_, err := pgx.ForEachRow(rows, []any{&id}, func() error { out.IDs = append(out.IDs, id); return nil })
+			return err
+		})
+	}
+	if len(keys) > 0 {
+		sources, dedups := make([]string, len(keys)), make([]string, len(keys))
+		for i, k := range keys {
+			sources[i], dedups[i] = k.Source, k.Key
+		}
+		b.Queue(`
+			SELECT k.source, k.dedup_key FROM dedup_keys k
+			  JOIN unnest($1::text[], $2::text[]) AS u(source, dedup_key) ON k.source = u.source AND k.dedup_key = u.dedup_key`,
+			sources, dedups).Query(func(rows pgx.Rows) error {
+			var k DedupKey
+			_, err := pgx.ForEachRow(rows, []any{&k.Source, &k.Key}, func() error { out.Known[k] = true; return nil })
+			return err
+		})
+	}
+	QueueLockPayments(b, payments, out.Payments)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Loaded{}, fmt.Errorf("load batch: %w", err)
+	}
+	if len(out.IDs) != ids {
+		return Loaded{}, fmt.Errorf("allocate delivery ids: got %d, want %d", len(out.IDs), ids)
+	}
+	return out, nil
+}
+
+// QueueLockPayments queues, on b, the locking read of the payments keys
+// and of their waiting deliveries into into (an entry per key, created if
+// missing).
+func QueueLockPayments(b *pgx.Batch, keys []string, into map[string]*LockedPayment) {
+	for _, k := range keys {
+		if into[k] == nil {
+			into[k] = &LockedPayment{Key: k}
+		}
+	}
+	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1) ORDER BY payment_key FOR UPDATE`, keys).
+		Query(func(rows pgx.Rows) error {
+			var key string
+			var st payment.State
+			var held bool
+			_, err := pgx.ForEachRow(rows, []any{&key, &st, &held}, func() error {
+				p := into[key]
+				p.Found, p.State, p.Held = true, st, held
+				return nil
+			})
+			return err
+		})
+	b.Queue(`
+		SELECT `+deliveryColumns+` FROM deliveries
+		 WHERE payment_key = ANY($1) AND status = 'deferred'
+		   AND reason IS DISTINCT FROM $2 AND reason IS DISTINCT FROM $3
+		 ORDER BY id`, keys, ReasonPaymentHeld, ReasonAwaitingRefetch).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var d StoredDelivery
+				if err := rows.Scan(d.scanTargets()...); err != nil {
+					return err
+				}
+				into[d.PaymentKey].Waiting = append(into[d.PaymentKey].Waiting, d)
+			}
+			return rows.Err()
+		})
+}
+
+// Delivery is a record consumed from the raw topic, to be stored once with
+// its outcome.
+type Delivery struct {
+	ID         int64
+	RecordedAt time.Time // the processor's clock: picks the partition
+	Topic      string
+	Partition  int32
+	Offset     int64
+	Envelope   envelope.Raw
+	// Duplicate marks a redelivery: stored as ignored duplicate_event,
+	// pointing at the first delivery, without its body. Status and Reason
+	// are then ignored.
+	Duplicate bool
+	Status    string
+	Reason    string
+}
+
+// Outcome is a new outcome for a stored delivery, written only if the row
+// still has status Expected.
+type Outcome struct {
+	ID         int64
+	PaymentKey string
+	Status     string
+	Reason     string
+	Expected   string
+}
+
+// PaymentWrite is a payment's new state.
+type PaymentWrite struct {
+	// New is true for a payment not stored yet (LockedPayment.Found false).
+	New         bool
+	Key         string
+	Source      string
+	PaymentID   string
+	State       payment.State
+	LastEventAt time.Time
+}
+
+// TransitionWrite is a payment's transition (with its ledger movements),
+// caused by a delivery.
+type TransitionWrite struct {
+	PaymentKey string
+	DeliveryID int64
+	payment.Transition
+}
+
+// Batch is every row a batch transaction writes once its decisions are
+// made. Write sends them in one round trip.
+type Batch struct {
+	Deliveries  []Delivery
+	Outcomes    []Outcome
+	Payments    []PaymentWrite
+	Transitions []TransitionWrite
+	// Events are the state events, per payment in version order.
+	Events []statelog.Event
+}
+
+// Write writes b in tx in one round trip: dedup keys of first deliveries
+// (the unique key is the deduplication: one already stored fails the
+// batch with ErrDedupRace), deliveries, outcomes (ErrOutcomeChanged if a
+// row was decided meanwhile), payment states, transitions, their ledger
+// movements and the state events.
+func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
+	pb := &pgx.Batch{}
+	if err := queueDeliveries(pb, b.Deliveries); err != nil {
+		return err
+	}
+	queueOutcomes(pb, b.Outcomes)
+	if err := queuePayments(pb, b.Payments); err != nil {
+		return err
+	}
+	queueTransitions(pb, b.Transitions)
+	if len(b.Events) > 0 {
+		frames, err := statelog.EncodeAll(b.Events)
+		if err != nil {
+			return err
+		}
+		pb.Queue(statelog.EmitSQL, frames)
+	}
+	if pb.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+		return fmt.Errorf("write batch: %w", err)
+	}
+	return nil
+}
+
+func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
+	var (
+		ids, offsets, dupIDs, dupOffsets                          []int64
+		recorded, received, dupRecorded, dupReceived              []time.Time
+		sources, dedups, eventIDs, types, keys, statuses, reasons []string
+		drivers, paymentIDs, factStatuses, currencies, refundIDs  []string
+		amounts                                                   []*int64
+		refetch                                                   []bool
+		bodies                                                    [][]byte
+		occurred, dupOccurred                                     []*time.Time
+		dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys     []string
+		topic                                                     string
+		partition                                                 int32
+	)
+	for _, d := range ds {
+		topic, partition = d.Topic, d.Partition
+		ev := d.Envelope.Event
+		if d.Duplicate {
+			dupIDs, dupOffsets, dupRecorded, dupReceived = append(dupIDs, d.ID), append(dupOffsets, d.Offset), append(dupRecorded, d.RecordedAt), append(dupReceived, d.Envelope.ReceivedAt)
+			dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys = append(dupSources, d.Envelope.Source), append(dupDedups, ev.DedupKey),
+				append(dupEventIDs, ev.EventID), append(dupTypes, ev.Type), append(dupKeys, d.Envelope.PaymentKey)
+			dupOccurred = append(dupOccurred, nullTime(ev.Fact.OccurredAt))
+			continue
+		}
+		ids, offsets, recorded, received = append(ids, d.ID), append(offsets, d.Offset), append(recorded, d.RecordedAt), append(received, d.Envelope.ReceivedAt)
+		sources, dedups, eventIDs, types, keys = append(sources, d.Envelope.Source), append(dedups, ev.DedupKey), append(eventIDs, ev.EventID),
+			append(types, ev.Type), append(keys, d.Envelope.PaymentKey)
+		statuses, reasons = append(statuses, d.Status), append(reasons, d.Reason)
+		refetch, bodies, occurred = append(refetch, ev.NeedsRefetch), append(bodies, d.Envelope.Body), append(occurred, nullTime(ev.Fact.OccurredAt))
+		// The normalized event is read back only for a deferred delivery
+		// (a waiting event, the sweeper, replay): a delivery decided at
+		// once keeps its body, and these columns stay NULL.
+		if d.Status == StatusDeferred {
+			amount := ev.Fact.AmountMinor
+			drivers, paymentIDs, factStatuses, currencies, refundIDs = append(drivers, d.Envelope.Driver), append(paymentIDs, ev.PaymentID),
+				append(factStatuses, string(ev.Fact.Status)), append(currencies, ev.Fact.Currency), append(refundIDs, ev.Fact.RefundID)
+			amounts = append(amounts, &amount)
+		} else {
+			drivers, paymentIDs, factStatuses, currencies, refundIDs = append(drivers, ""), append(paymentIDs, ""), append(factStatuses, ""), append(currencies, ""), append(refundIDs, "")
+			amounts = append(amounts, nil)
+		}
+	}
+	if len(ids) > 0 {
+		// A plain INSERT, not ON CONFLICT DO NOTHING: Load read which keys
+		// are stored, so a conflict here is a first delivery another
+		// transaction committed meanwhile; its unique violation (23505)
+		// fails the batch, whose retry sees a duplicate. A speculative
+		// insert would cost a confirmation WAL record per row.
+		b.Queue(`
+			INSERT INTO dedup_keys (source, dedup_key, delivery_id, recorded_at)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::timestamptz[])`, sources, dedups, ids, recorded)
+		b.Queue(`
+			INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason,
+			                        driver, payment_id, fact_status, amount_minor, currency, refund_id, needs_refetch, body,
+			                        topic, partition, kafka_offset, occurred_at, received_at)
+			SELECT u.id, u.recorded_at, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, u.status, NULLIF(u.reason, ''),
+			       NULLIF(u.driver, ''), NULLIF(u.payment_id, ''), NULLIF(u.fact_status, ''), u.amount_minor, NULLIF(u.currency, ''), NULLIF(u.refund_id, ''), u.refetch, u.body,
+			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+			  FROM unnest($3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
+			              $12::text[], $13::text[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::bool[], $19::bytea[],
+			              $20::bigint[], $21::timestamptz[], $22::timestamptz[])
+			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason,
+			            driver, payment_id, fact_status, amount_minor, currency, refund_id, refetch, body, kafka_offset, occurred_at, received_at)`,
+			topic, partition, ids, recorded, sources, dedups, eventIDs, types, keys, statuses, reasons,
+			drivers, paymentIDs, factStatuses, amounts, currencies, refundIDs, refetch, bodies, offsets, occurred, received)
+	}
+	if n := len(dupIDs); n > 0 {
+		b.Queue(`
+			INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
+			                        topic, partition, kafka_offset, occurred_at, received_at)
+			SELECT u.id, u.recorded_at, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $3, k.delivery_id,
+			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+			  FROM unnest($4::bigint[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[],
+			              $12::timestamptz[], $13::timestamptz[])
+			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at)
+			  JOIN dedup_keys k ON k.source = u.source AND k.dedup_key = u.dedup_key`,
+			topic, partition, ReasonDuplicateEvent, dupIDs, dupRecorded, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOffsets,
+			dupOccurred, dupReceived).
+			Exec(func(ct pgconn.CommandTag) error {
+				// A first delivery this batch did not see (not committed
+				// when it looked) is missing.
+				if int(ct.RowsAffected()) != n {
+					return ErrDedupRace
+				}
+				return nil
+			})
+	}
+	return nil
+}
+
+func queueOutcomes(b *pgx.Batch, os []Outcome) {
+	if len(os) == 0 {
+		return
+	}
+	ids, keys, statuses, reasons, expected := make([]int64, len(os)), make([]string, len(os)), make([]string, len(os)), make([]string, len(os)), make([]string, len(os))
+	for i, o := range os {
+		ids[i], keys[i], statuses[i], reasons[i], expected[i] = o.ID, o.PaymentKey, o.Status, o.Reason, o.Expected
+	}
+	b.Queue(`
+		UPDATE deliveries d SET status = u.status, reason = NULLIF(u.reason, ''), attempts = d.attempts + 1, processed_at = now()
+		  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[]) AS u(id, payment_key, status, reason, expected)
+		 WHERE d.payment_key = u.payment_key AND d.id = u.id AND d.status IN ('deferred', 'quarantined') AND d.status = u.expected`,
+		ids, keys, statuses, reasons, expected).
+		Exec(func(ct pgconn.CommandTag) error {
+			if n := int(ct.RowsAffected()); n != len(os) {
+				return fmt.Errorf("%w: %d of %d deliveries still as read", ErrOutcomeChanged, n, len(os))
+			}
+			return nil
+		})
+}
+
+func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
+	var (
+		keys, sources, ids, statuses, currencies, states []string
+		versions, amounts                                []int64
+		lastEvents                                       []*time.Time
+		fresh                                            []bool
+	)
+	for _, p := range ps {
+		st, err := json.Marshal(p.State)
+		if err != nil {
+			return fmt.Errorf("encode payment state: %w", err)
+		}
+		keys, sources, ids, statuses, currencies, states = append(keys, p.Key), append(sources, p.Source), append(ids, p.PaymentID),
+			append(statuses, string(p.State.Status)), append(currencies, p.State.Currency), append(states, string(st))
+		versions, amounts, lastEvents, fresh = append(versions, p.State.Version), append(amounts, p.State.AmountMinor), append(lastEvents, nullTime(p.LastEventAt)), append(fresh, p.New)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	// New payments are inserted, stored ones updated in place (HOT: no
+	// indexed column changes, and the table leaves room on each page): no
+	// speculative insert. A payment created meanwhile by another writer
+	// fails the insert (23505) and the batch is retried.
+	news := 0
+	for _, f := range fresh {
+		if f {
+			news++
+		}
+	}
+	if news > 0 {
+		b.Queue(`
+		INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state, last_event_at)
+		SELECT k, s, i, st, v, a, c, j, l
+		  FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::json[], $9::timestamptz[], $10::bool[])
+		       AS u(k, s, i, st, v, a, c, j, l, new)
+		 WHERE new`,
+			keys, sources, ids, statuses, versions, amounts, currencies, states, lastEvents, fresh)
+	}
+	if news == len(keys) {
+		return nil
+	}
+	b.Queue(`
+		UPDATE payments p SET status = u.st, version = u.v, amount_minor = u.a, currency = u.c, state = u.j,
+		       last_event_at = GREATEST(p.last_event_at, u.l), updated_at = now()
+		  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::json[], $7::timestamptz[], $8::bool[])
+		       AS u(k, st, v, a, c, j, l, new)
+		 WHERE p.payment_key = u.k AND NOT u.new`,
+		keys, statuses, versions, amounts, currencies, states, lastEvents, fresh)
+	return nil
+}
+
+func queueTransitions(b *pgx.Batch, ts []TransitionWrite) {
+	if len(ts) == 0 {
+		return
+	}
+	n := len(ts)
+	keys, froms, tos, kinds, currencies, refunds := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	versions, amounts, deliveries := make([]int64, n), make([]int64, n), make([]int64, n)
+	var (
+		mKeys, mDebits, mCredits, mCurrencies []string
+		mVersions, mAmounts                   []int64
+		mOrdinals                             []int16
+	)
+	for i, t := range ts {
+		keys[i], froms[i], tos[i], kinds[i], currencies[i], refunds[i] = t.PaymentKey, string(t.From), string(t.To), t.Kind, t.Currency, t.RefundID
+		versions[i], amounts[i], deliveries[i] = t.Version, t.AmountMinor, t.DeliveryID
+		for j, m := range t.Movements {
+			mKeys, mDebits, mCredits, mCurrencies = append(mKeys, t.PaymentKey), append(mDebits, m.Debit), append(mCredits, m.Credit), append(mCurrencies, m.Currency)
+			mVersions, mAmounts, mOrdinals = append(mVersions, t.Version), append(mAmounts, m.AmountMinor), append(mOrdinals, int16(j))
+		}
+	}
+	b.Queue(`
+		INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, refund_id, delivery_id)
+		SELECT k, v, f, t, kind, amt, cur, NULLIF(ref, ''), d
+		  FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::text[], $9::bigint[])
+		       AS u(k, v, f, t, kind, amt, cur, ref, d)`,
+		keys, versions, froms, tos, kinds, amounts, currencies, refunds, deliveries)
+	if len(mKeys) > 0 {
+		b.Queue(`
+			INSERT INTO ledger_movements (payment_key, version, movement, debit_account, credit_account, amount_minor, currency)
+			SELECT * FROM unnest($1::text[], $2::bigint[], $3::smallint[], $4::text[], $5::text[], $6::bigint[], $7::text[])`,
+			mKeys, mVersions, mOrdinals, mDebits, mCredits, mAmounts, mCurrencies)
+	}
+}
