@@ -93,10 +93,18 @@ func (d dbFlags) sizedPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, 
 	})
 }
 
+// applicationName names this process's Postgres sessions (pg_stat_activity,
+// logs) unless the database URL sets application_name: "paystream" and the
+// subcommand, set once by run.
+var applicationName = "paystream"
+
 func openPool(ctx context.Context, url string, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database URL: %w", err) // pgx redacts the password
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
 	}
 	for _, opt := range opts {
 		opt(cfg)
@@ -186,6 +194,9 @@ func run(args []string) int {
 	if err != nil {
 		parser.Errorf("%s", err)
 		return 2
+	}
+	if cmd, _, _ := strings.Cut(kctx.Command(), " "); cmd != "" {
+		applicationName = "paystream " + cmd
 	}
 	e := &env{log: newLogger(c.LogLevel, c.LogFormat), reg: newRegistry()}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
