@@ -165,7 +165,8 @@ type processorCmd struct {
 
 func (c *processorCmd) Help() string {
 	return `Each assigned partition gets one worker that applies its records in order, in batches; a batch is
-one Postgres transaction holding the inbox rows, transitions, ledger postings, outbox events and the
+one Postgres transaction holding the deliveries, transitions, ledger movements, state events (WAL
+messages for the sink) and the
 partition's next offset. Scale by adding replicas, up to the raw topic's partition count.`
 }
 
