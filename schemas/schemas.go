@@ -1,5 +1,10 @@
 // Package schemas embeds the JSON Schemas of paystream's topics and
 // validates values against them.
+//
+// A published schema version changes only compatibly: new optional fields.
+// A field is never removed, retyped or made required, and a new field is
+// never required; compat/ keeps a frozen copy of each version and the
+// package's tests fail on any other change (see docs/consumers.md).
 package schemas
 
 import (
@@ -18,7 +23,12 @@ var files embed.FS
 const (
 	RawEnvelope  = "raw-envelope.v1.json"
 	PaymentState = "payment-state.v1.json"
+	DLQRecord    = "dlq-record.v1.json"
 )
+
+// Published lists every schema file: each has a frozen copy in compat/
+// that the compatibility test holds it to.
+var Published = []string{RawEnvelope, PaymentState, DLQRecord}
 
 var (
 	compileOnce sync.Once
@@ -34,7 +44,7 @@ func compile() {
 	c.AssertFormat()
 	c.AssertContent()
 	compiled = map[string]*jsonschema.Schema{}
-	for _, name := range []string{RawEnvelope, PaymentState} {
+	for _, name := range Published {
 		b, err := files.ReadFile(name)
 		if err != nil {
 			compileErr = err

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/testenv"
+	"github.com/paystream/paystream/schemas"
+)
+
+// stateEvent is a payment-state value as the sink publishes it.
+func stateEvent(key string, version int64, from, to payment.Status, kind string, amount int64) envelope.State {
+	at := time.Date(2026, 11, 29, 18, 0, int(version), 0, time.UTC)
+	return envelope.State{
+		EventID: envelope.StateEventID(key, version), PaymentKey: key, Source: "acme", PaymentID: strings.TrimPrefix(key, "acme:"),
+		Version: version, Status: to, PreviousStatus: from, Kind: kind, AmountMinor: amount, Currency: "BRL",
+		Payment:       payment.State{Status: to, Version: version, AmountMinor: 1050, Currency: "BRL"},
+		SourceEventID: fmt.Sprintf("msg_%d", version), OccurredAt: at, RecordedAt: at.Add(time.Second),
+	}
+}
+
+// publishStates writes each batch of events in one Kafka transaction,
+// keyed by payment with the event-id header, as the sink does; batches
+// whose abort flag is set are aborted instead of committed.
+func publishStates(t *testing.T, brokers []string, topic string, batches []stateBatch) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.TransactionalID(testenv.Group(t)), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, b := range batches {
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range b.events {
+			v, err := json.Marshal(ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := &kgo.Record{Key: []byte(ev.PaymentKey), Value: v,
+				Headers: []kgo.RecordHeader{{Key: envelope.HeaderEventID, Value: []byte(ev.EventID)}}}
+			if err := cl.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := cl.EndTransaction(t.Context(), kgo.TransactionEndTry(!b.abort)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type stateBatch struct {
+	events []envelope.State
+	abort  bool
+}
+
+// tailFixture publishes, on a fresh 3-partition state topic: payment A
+// created, paid (one transaction, with B created), a refund of A in an
+// aborted transaction, then A partially refunded.
+func tailFixture(t *testing.T) (env []string) {
+	t.Helper()
+	brokers := testenv.Kafka(t)
+	topic := testenv.Topic(t, "state", 3)
+	publishStates(t, brokers, topic, []stateBatch{
+		{events: []envelope.State{
+			stateEvent("acme:pay_a", 1, "", payment.StatusPending, "status", 0),
+			stateEvent("acme:pay_b", 1, "", payment.StatusPending, "status", 0),
+			stateEvent("acme:pay_a", 2, payment.StatusPending, payment.StatusPaid, "capture", 1050),
+		}},
+		{events: []envelope.State{stateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusRefunded, "refund", 1050)}, abort: true},
+		{events: []envelope.State{stateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusPartiallyRefunded, "refund", 50)}},
+	})
+	return []string{"PAYSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","), "PAYSTREAM_STATE_TOPIC=" + topic}
+}
+
+// TestTail: `paystream tail --payment --json` prints exactly the payment's
+// committed events, in version order, each a valid payment-state value —
+// never the aborted transaction's (read_committed) — and stops at --max;
+// the readable form shows every payment's transitions.
+func TestTail(t *testing.T) {
+	t.Parallel()
+	env := tailFixture(t)
+
+	r := paystream(t, env, "tail", "--from-beginning", "--payment", "acme:pay_a", "--json", "--max", "3")
+	if r.code != 0 {
+		t.Fatalf("tail: exit %d\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	var got []string
+	for _, l := range lines {
+		if err := schemas.Validate(schemas.PaymentState, []byte(l)); err != nil {
+			t.Errorf("tail --json line does not match %s: %v\n%s", schemas.PaymentState, err, l)
+		}
+		var ev envelope.State
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s v%d %s", ev.PaymentKey, ev.Version, ev.Status))
+	}
+	want := []string{"acme:pay_a v1 pending", "acme:pay_a v2 paid", "acme:pay_a v3 partially_refunded"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("tail --payment acme:pay_a --json --max 3:\n got %q\nwant %q", got, want)
+	}
+
+	r = paystream(t, env, "tail", "--from-beginning", "--max", "4")
+	if r.code != 0 {
+		t.Fatalf("tail: exit %d\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{"acme:pay_a  v2  pending → paid  capture 1050 BRL", "acme:pay_b  v1  ∅ → pending", "v3  paid → partially_refunded  refund 50 BRL"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("tail output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if strings.Contains(r.stdout, "→ refunded") {
+		t.Errorf("tail printed the aborted transaction's event:\n%s", r.stdout)
+	}
+}
+
+// TestTailStopsOnInterrupt: without --max, tail runs until Ctrl-C, then
+// exits 0 having printed every committed event.
+func TestTailStopsOnInterrupt(t *testing.T) {
+	t.Parallel()
+	env := tailFixture(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "tail", "--from-beginning")
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PAYSTREAM_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(append(cmd.Env, envRunMain+"=1"), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var lines []string
+	for len(lines) < 4 && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if len(lines) < 4 {
+		t.Fatalf("tail printed %d lines before ending, want 4: %q", len(lines), lines)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := cmd.Wait(); err != nil || ctx.Err() != nil {
+		t.Fatalf("tail after Ctrl-C: %v (context %v), want exit 0", err, ctx.Err())
+	}
+	if len(lines) != 4 {
+		t.Errorf("tail printed %d lines, want the 4 committed events: %q", len(lines), lines)
+	}
+}
