@@ -84,6 +84,14 @@ type Config struct {
 	// DefaultMaxBufferedBodyBytes; it is raised to the largest source's
 	// max_body_bytes if lower, so that every allowed body can get in.
 	MaxBufferedBodyBytes int64
+	// ShutdownGrace is how long Serve keeps serving after ctx ends, with
+	// /readyz already answering 503, so that load balancers stop routing
+	// new requests here before the listener closes. Zero closes at once.
+	ShutdownGrace time.Duration
+	// ShutdownTimeout bounds the drain after the grace: the requests in
+	// flight finishing (each produced and answered, or answered 503) and
+	// the producer flushing. Defaults to ProduceTimeout + 5s.
+	ShutdownTimeout time.Duration
 	// OmitMetrics leaves GET /metrics off the webhook listener, for an
 	// operator serving the Registerer on a listener of its own. Defaults
 	// to false: /metrics is served next to the webhooks.
@@ -118,6 +126,9 @@ type Server struct {
 	routes  map[string]*route // by source name
 	handler http.Handler
 	ready   atomic.Bool
+	// draining is set once Serve's ctx ended: /readyz answers 503 from
+	// then on, whatever Kafka's state.
+	draining atomic.Bool
 
 	maxRecordBytes int32
 	inFlight       atomic.Int64 // webhook requests admitted and not yet answered
@@ -163,6 +174,12 @@ func New(cfg Config) (*Server, error) {
 		if *d.v == 0 {
 			*d.v = d.def
 		}
+	}
+	switch {
+	case cfg.ShutdownGrace < 0 || cfg.ShutdownTimeout < 0:
+		return nil, errors.New("ingest config: ShutdownGrace and ShutdownTimeout must not be negative")
+	case cfg.ShutdownTimeout == 0:
+		cfg.ShutdownTimeout = cfg.ProduceTimeout + 5*time.Second
 	}
 	switch {
 	case cfg.Linger == 0:
@@ -260,8 +277,8 @@ func (s *Server) newRouter() http.Handler {
 	return r
 }
 
-// Run serves on cfg.Addr until ctx is canceled, then stops accepting,
-// finishes in-flight requests (their produces included) and returns.
+// Run serves on cfg.Addr until ctx is canceled, then drains (see Serve)
+// and returns.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
@@ -272,9 +289,16 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Serve is Run on an existing listener. It closes the Kafka client when
 // it returns.
+//
+// When ctx ends it drains, in this order: /readyz answers 503 at once
+// (and every response asks its client to close the connection); requests are
+// still served for ShutdownGrace, so load balancers see the drop and stop
+// routing here; then the listener closes and the requests in flight finish
+// — each answered 200 once the broker acknowledged, or 503 — and the
+// producer flushes, all within ShutdownTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.closingWhenDraining(s.handler),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
@@ -301,11 +325,32 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ProduceTimeout+5*time.Second)
+	return s.drain(srv)
+}
+
+// drain stops srv as Serve describes.
+func (s *Server) drain(srv *http.Server) error {
+	start := time.Now()
+	s.draining.Store(true)
+	s.log.Info("ingest draining: not ready, still serving", "grace", s.cfg.ShutdownGrace)
+	if s.cfg.ShutdownGrace > 0 {
+		grace := time.NewTimer(s.cfg.ShutdownGrace)
+		<-grace.C
+	}
+	inFlight := s.inFlight.Load()
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
+		return fmt.Errorf("shutdown: requests still in flight after %s: %w", s.cfg.ShutdownTimeout, err)
 	}
+	// Every request is answered. Those answered 503 after the produce
+	// timeout may have left records in the producer's buffer: give them
+	// their chance (the gateway retries them anyway; a record written late
+	// is a duplicate the processor ignores).
+	if err := s.kafka.Flush(shutdownCtx); err != nil {
+		s.log.Warn("producer not flushed at shutdown; its records were answered 503", "error", err)
+	}
+	s.log.Info("ingest drained", "in_flight_at_close", inFlight, "seconds", time.Since(start).Seconds())
 	return nil
 }
 
@@ -328,7 +373,27 @@ func (s *Server) readinessLoop(ctx context.Context) {
 	}
 }
 
+// closingWhenDraining answers with "Connection: close" once draining, so
+// each keep-alive connection closes after its next response instead of
+// being cut under a request when the listener closes. (Closing idle
+// connections at once would fail the requests racing onto them.)
+func (s *Server) closingWhenDraining(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// answerDraining is /readyz's answer once the server is shutting down.
+var answerDraining = []byte(`{"error":"shutting down","ready":false}` + "\n")
+
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeBody(w, http.StatusServiceUnavailable, answerDraining)
+		return
+	}
 	if !s.ready.Load() {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
