@@ -41,7 +41,9 @@ type ingestCmd struct {
 	kafkaFlags
 	topicFlags
 	ingestFlags
-	MetricsAddr string `help:"Serve /metrics (and /healthz, /debug/pprof/) on this address instead of next to the webhooks (empty: next to the webhooks)." env:"PAYSTREAM_METRICS_ADDR"`
+	MetricsAddr     string        `help:"Serve /metrics (and /healthz, /debug/pprof/) on this address instead of next to the webhooks (empty: next to the webhooks)." env:"PAYSTREAM_METRICS_ADDR"`
+	ShutdownGrace   time.Duration `help:"On SIGTERM, /readyz answers 503 at once and webhooks are still served this long, so load balancers stop routing here before the listener closes." default:"5s" env:"PAYSTREAM_SHUTDOWN_GRACE"`
+	ShutdownTimeout time.Duration `help:"After the grace, how long requests in flight have to finish (each produced and answered, or answered 503) and the producer to flush (0: --produce-timeout + 5s)." default:"0s" env:"PAYSTREAM_SHUTDOWN_TIMEOUT"`
 }
 
 func (c *ingestCmd) Help() string {
@@ -49,7 +51,12 @@ func (c *ingestCmd) Help() string {
 event (acks=all, idempotent producer); 401 when the signature is missing or wrong, 404 for an
 unknown source, 413 over the body limit, 503 with Retry-After when the broker cannot take it.
 503 also when --max-in-flight requests or --max-buffered-body-bytes are already in flight.
-Also serves GET /healthz, /readyz and /metrics (on --metrics-addr instead when set).`
+Also serves GET /healthz, /readyz and /metrics (on --metrics-addr instead when set).
+
+On SIGTERM: /readyz answers 503 at once, webhooks are still served for --shutdown-grace, then the
+listener closes, requests in flight finish and the producer flushes (within --shutdown-timeout).
+Set the orchestrator's termination grace period above the sum (e.g. Kubernetes'
+terminationGracePeriodSeconds above 5s + 10s).`
 }
 
 func (c *ingestCmd) Run(ctx context.Context, e *env) error {
@@ -66,6 +73,7 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 	}
 	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
 		cfg.OmitMetrics = c.MetricsAddr != ""
+		cfg.ShutdownGrace, cfg.ShutdownTimeout = c.ShutdownGrace, c.ShutdownTimeout
 	})
 	if err != nil {
 		return err
@@ -126,7 +134,7 @@ func warnSmallTopics(ctx context.Context, e *env, brokers []string, need int32, 
 type processorFlags struct {
 	Group           string        `help:"Consumer group." default:"paystream-processor" env:"PAYSTREAM_GROUP"`
 	BatchMaxRecords int           `help:"Most records applied in one transaction." default:"500" env:"PAYSTREAM_BATCH_MAX_RECORDS"`
-	BatchMaxWait    time.Duration `help:"How long to wait to fill a batch." default:"20ms" env:"PAYSTREAM_BATCH_MAX_WAIT"`
+	BatchMaxWait    time.Duration `help:"How long a fetched record may wait for its batch to fill (longer: larger batches, less database CPU, more latency)." default:"20ms" env:"PAYSTREAM_BATCH_MAX_WAIT"`
 	DeferredWindow  time.Duration `help:"How long an event may wait for its predecessor before it is overdue (refetched or surfaced for review)." default:"1h" env:"PAYSTREAM_DEFERRED_WINDOW"`
 	SessionTimeout  time.Duration `help:"How long the group waits for a silent (crashed) member before reassigning its partitions." default:"45s" env:"PAYSTREAM_SESSION_TIMEOUT"`
 	InstanceID      string        `help:"Static group member id, stable across restarts and unique per replica (e.g. the pod name): a restart within --session-timeout keeps the partitions without rebalancing the others. Empty: a dynamic member." env:"PAYSTREAM_INSTANCE_ID"`
