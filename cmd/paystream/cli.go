@@ -143,7 +143,13 @@ func newRegistry() *prometheus.Registry {
 }
 
 // serveMetrics serves reg on addr until ctx ends; a blank addr serves nothing.
-func serveMetrics(ctx context.Context, e *env, addr string) error {
+// readyTimeout bounds one readiness check.
+const readyTimeout = 2 * time.Second
+
+// serveMetrics serves /metrics, /healthz (the process is up), /readyz (ready
+// reports nil within readyTimeout; nil ready: always) and profiles on addr
+// until ctx ends. An empty addr serves nothing.
+func serveMetrics(ctx context.Context, e *env, addr string, ready func(context.Context) error) error {
 	if addr == "" {
 		return nil
 	}
@@ -154,6 +160,17 @@ func serveMetrics(ctx context.Context, e *env, addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ready != nil {
+			rctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+			defer cancel()
+			if err := ready(rctx); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
 	// Profiles for measuring before optimizing; the metrics address is an
 	// operator's port, not a public one.
 	mux.HandleFunc("/debug/pprof/", pprof.Index)

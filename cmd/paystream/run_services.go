@@ -68,7 +68,7 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := serveMetrics(ctx, e, c.MetricsAddr); err != nil {
+	if err := serveMetrics(ctx, e, c.MetricsAddr, nil); err != nil {
 		return err
 	}
 	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
@@ -200,7 +200,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
-	if err := serveMetrics(ctx, e, c.MetricsAddr); err != nil {
+	if err := serveMetrics(ctx, e, c.MetricsAddr, pool.Ping); err != nil {
 		return err
 	}
 	if err := checkRawPartitions(ctx, e, brokers, pool, c.RawTopic); err != nil {
@@ -284,7 +284,7 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
-	if err := serveMetrics(ctx, e, c.MetricsAddr); err != nil {
+	if err := serveMetrics(ctx, e, c.MetricsAddr, pool.Ping); err != nil {
 		return err
 	}
 	r, err := sink.New(pool, sink.Config{
