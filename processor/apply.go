@@ -68,7 +68,8 @@ type waiting struct {
 	fact    payment.Fact
 }
 
-// paymentRow is a payment read FOR UPDATE, then advanced in memory.
+// paymentRow is a payment as read under its partition's lock, then
+// advanced in memory.
 type paymentRow struct {
 	key       string
 	source    string
@@ -95,19 +96,39 @@ type writes struct {
 // applyBatch applies recs (one partition's, in offset order, all at or past
 // the stored offset) inside tx with a fixed number of round trips whatever
 // the batch size: store.Load allocates the delivery ids, finds which
-// records are redeliveries, locks the payments involved and loads their
+// records are redeliveries and reads the payments involved with their
 // deferred events; the machine then decides every event in memory, in
 // offset order; store.Write stores the deliveries with their final outcome
 // — the unique dedup key is the deduplication: a first delivery that
 // conflicts fails the batch, which is retried — the transitions, ledger
 // movements, payment states and state events. Each delivery is written
-// once, never inserted and then updated.
+// once, never inserted and then updated. The caller holds the partition's
+// offset row lock, which serializes every writer of these payments.
 //
 // A record that cannot be applied deterministically (undecodable, an
 // invalid fact, a value Postgres refuses) fails the call with a poison
 // error; the caller then retries record by record under savepoints to
 // quarantine just that record.
 func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record, refetched map[int64][]payment.Fact) ([]result, error) {
+	ds, err := decodeAll(recs, refetched)
+	if err != nil {
+		return nil, err
+	}
+	b := &pgx.Batch{}
+	loaded := a.queueLoad(b, ds)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("load batch: %w", err)
+	}
+	payments, err := loaded()
+	if err != nil {
+		return nil, err
+	}
+	return a.decide(ctx, tx, ds, payments)
+}
+
+// decodeAll decodes recs, failing with a poison error on the first that
+// does not decode.
+func decodeAll(recs []*kgo.Record, refetched map[int64][]payment.Fact) ([]delivery, error) {
 	ds := make([]delivery, len(recs))
 	for i, rec := range recs {
 		env, err := envelope.DecodeRaw(rec.Value)
@@ -116,17 +137,30 @@ func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record,
 		}
 		ds[i] = delivery{rec: rec, env: env, refetched: refetched[rec.Offset]}
 	}
-	payments, err := a.loadDeliveries(ctx, tx, ds)
+	return ds, nil
+}
+
+// decide runs the machine over deliveries, in order, against their
+// payments, and writes what it decided, in one round trip. It is shared by
+// replays and the refetch sweeper (whose deliveries are stored already).
+func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
+	b := &pgx.Batch{}
+	results, err := a.decideQueued(b, ds, payments)
 	if err != nil {
 		return nil, err
 	}
-	return a.decide(ctx, tx, ds, payments)
+	if b.Len() == 0 {
+		return results, nil
+	}
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("write batch: %w", err)
+	}
+	return results, nil
 }
 
-// decide runs the machine over deliveries, in order, against their locked
-// payments, and writes what it decided. It is shared by batches, replays and
-// the refetch sweeper (whose deliveries are stored already).
-func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
+// decideQueued is decide with the writes queued on b, for the caller to
+// send (with statements of its own after them).
+func (a *applier) decideQueued(b *pgx.Batch, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
 	var w writes
 	results := make([]result, 0, len(ds))
 	for i := range ds {
@@ -214,22 +248,23 @@ func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments
 		}
 		p.waiting = kept
 	}
-	if err := a.write(ctx, tx, &w, ds, payments); err != nil {
+	if err := a.queueWrite(b, &w, ds, payments); err != nil {
 		return nil, err
 	}
 	return results, nil
 }
 
-// loadDeliveries allocates a delivery id for each of ds, marks the
-// redeliveries among them (their dedup key is stored already, or earlier
-// in the batch) and returns the payments of ds, locked, with their
-// deferred events. One round trip.
+// queueLoad queues, on b, the allocation of a delivery id for each of ds,
+// the read of which of them are redeliveries (their dedup key is stored
+// already, or earlier in the batch) and of the payments of ds with their
+// deferred events. Once b is sent, the returned function fills ds in and
+// returns the payments.
 //
 // The ids come from one sequence, in offset order, so id order is arrival
 // order. Rows never refer to a delivery by its Kafka position, which is
 // not unique: a second consumer group reads the same records, and a
 // recreated topic reuses offsets.
-func (a *applier) loadDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) (map[string]*paymentRow, error) {
+func (a *applier) queueLoad(b *pgx.Batch, ds []delivery) func() (map[string]*paymentRow, error) {
 	keys := make([]store.DedupKey, len(ds))
 	var paymentKeys []string
 	payments := map[string]*paymentRow{}
@@ -241,24 +276,26 @@ func (a *applier) loadDeliveries(ctx context.Context, tx pgx.Tx, ds []delivery) 
 			paymentKeys = append(paymentKeys, d.env.PaymentKey)
 		}
 	}
-	loaded, err := store.Load(ctx, tx, len(ds), keys, paymentKeys)
-	if err != nil {
-		return nil, err
+	loaded := store.QueueLoad(b, len(ds), keys, paymentKeys)
+	return func() (map[string]*paymentRow, error) {
+		if err := loaded.Check(); err != nil {
+			return nil, err
+		}
+		loadedPayments(loaded.Payments, payments)
+		for i := range ds {
+			d := &ds[i]
+			d.duplicate = loaded.Known[keys[i]]
+			loaded.Known[keys[i]] = true
+			d.inboxID = loaded.IDs[i]
+		}
+		return payments, nil
 	}
-	lockedPayments(loaded.Payments, payments)
-	for i := range ds {
-		d := &ds[i]
-		d.duplicate = loaded.Known[keys[i]]
-		loaded.Known[keys[i]] = true
-		d.inboxID = loaded.IDs[i]
-	}
-	return payments, nil
 }
 
-// lockedPayments copies what the store read of payments into rows (whose
+// loadedPayments copies what the store read of payments into rows (whose
 // entries exist). A waiting delivery whose envelope does not decode is
 // left waiting: replay's business.
-func lockedPayments(locked map[string]*store.LockedPayment, rows map[string]*paymentRow) {
+func loadedPayments(locked map[string]*store.LoadedPayment, rows map[string]*paymentRow) {
 	for key, lp := range locked {
 		p := rows[key]
 		if p == nil {
@@ -331,10 +368,10 @@ func (w *writes) outcome(paymentKey string, id int64, outcome payment.Outcome, r
 	w.outcomes = append(w.outcomes, store.Outcome{ID: id, PaymentKey: paymentKey, Status: string(outcome), Reason: reason})
 }
 
-// write stores every row the batch decided on, in one round trip: the new
+// queueWrite queues, on b, every row the batch decided on: the new
 // deliveries (with their outcome), the outcomes of stored deliveries
 // decided again, payment states, transitions, movements and state events.
-func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, ds []delivery, payments map[string]*paymentRow) error {
+func (a *applier) queueWrite(b *pgx.Batch, w *writes, ds []delivery, payments map[string]*paymentRow) error {
 	recordedAt := a.now().UTC()
 	// A stored delivery's outcome is written only if the row still has
 	// the status it was read with: the deliveries' own (replay, sweeper),
@@ -375,7 +412,7 @@ func (a *applier) write(ctx context.Context, tx pgx.Tx, w *writes, ds []delivery
 			w.Payments = append(w.Payments, store.PaymentWrite{New: !p.stored, Key: p.key, Source: p.source, PaymentID: p.paymentID, State: p.state, LastEventAt: p.lastEvent})
 		}
 	}
-	return store.Write(ctx, tx, &w.Batch)
+	return store.QueueWrite(b, &w.Batch)
 }
 
 // quarantine records a record that failed deterministically, with the error

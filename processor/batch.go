@@ -165,8 +165,9 @@ type batchOutcome struct {
 // partition since epoch was taken. Records below the stored offset were
 // applied by an earlier transaction and are skipped.
 //
-// The batch is first applied whole (applyBatch: a fixed number of round
-// trips). If a record in it fails deterministically, the transaction is
+// The batch is first applied whole, in four round trips whatever its size:
+// BEGIN; the lock with the batch's reads; the batch's writes with the
+// offset; COMMIT. If a record in it fails deterministically, the transaction is
 // rolled back and run again record by record, each under a savepoint, so
 // the poisonous record alone is quarantined and the rest apply. Any other
 // failure aborts the transaction so the caller can retry it.
@@ -192,51 +193,78 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 		return out, nil
 	}
 	topic, partition := recs[0].Topic, recs[0].Partition
+	var ds []delivery
+	if !slow {
+		var err error
+		if ds, err = decodeAll(recs, refetched); err != nil {
+			return out, err
+		}
+	}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		// Server-side bounds, set in the same round trip as the lock: a
-		// processor that freezes (SIGSTOP, a VM pause) between statements
-		// has its session ended after idleTimeout, releasing the offset
-		// row for the partition's next owner; a statement runs at most as
-		// long as the worker waits for the whole transaction.
-		next, owner, err := store.LockPartition(ctx, tx, group, topic, partition,
+		// Round trip 1: the partition's offset row lock, with server-side
+		// bounds (a processor that freezes — SIGSTOP, a VM pause — between
+		// statements has its session ended after idleTimeout, releasing
+		// the row for the partition's next owner; a statement runs at most
+		// as long as the worker waits for the whole transaction), and,
+		// queued behind it so they run under it, the batch's reads.
+		b := &pgx.Batch{}
+		lock := store.QueueLockPartition(b, group, topic, partition,
 			store.Bounds{IdleInTransaction: a.idleTimeout, Statement: commitTimeout})
+		var load func() (map[string]*paymentRow, error)
+		if !slow {
+			load = a.queueLoad(b, ds)
+		}
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return fmt.Errorf("lock partition offset and load batch: %w", err)
+		}
+		next, owner, err := lock.Result()
 		if errors.Is(err, store.ErrNoOffsetRow) {
 			return fmt.Errorf("%w: %w", ErrFenced, err)
-		}
-		if err != nil {
-			return err
 		}
 		if owner != epoch {
 			return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
 		}
-		todo := recs
-		for len(todo) > 0 && todo[0].Offset < next {
-			todo = todo[1:]
+		// Records below the stored offset were applied by an earlier
+		// transaction (a retry after a commit whose answer was lost). What
+		// was read for them is read under the lock like the rest, so it
+		// stays valid for the others: their dedup keys are stored, their
+		// payments are as that transaction left them.
+		skip := 0
+		for skip < len(recs) && recs[skip].Offset < next {
+			skip++
 		}
-		out = batchOutcome{next: next, applied: len(todo)}
-		if len(todo) == 0 {
+		out = batchOutcome{next: next, applied: len(recs) - skip}
+		if skip == len(recs) {
 			return nil
 		}
+		out.next = recs[len(recs)-1].Offset + 1
 		if slow {
-			for _, rec := range todo {
+			for _, rec := range recs[skip:] {
 				rs, err := applyOne(ctx, tx, a, rec, refetched)
 				if err != nil {
 					return err
 				}
 				out.results = append(out.results, rs...)
 			}
-		} else {
-			rs, err := a.applyBatch(ctx, tx, todo, refetched)
-			if err != nil {
-				return err
+			b := &pgx.Batch{}
+			store.QueueStoreOffset(b, group, topic, partition, out.next)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return fmt.Errorf("store offset: %w", err)
 			}
-			out.results = rs
+			return nil
 		}
-		out.next = todo[len(todo)-1].Offset + 1
-		b := &pgx.Batch{}
+		payments, err := load()
+		if err != nil {
+			return err
+		}
+		// Round trip 2: every row the batch decided on, and the offset.
+		b = &pgx.Batch{}
+		if out.results, err = a.decideQueued(b, ds[skip:], payments); err != nil {
+			return err
+		}
 		store.QueueStoreOffset(b, group, topic, partition, out.next)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("store offset: %w", err)
+			return fmt.Errorf("write batch: %w", err)
 		}
 		return nil
 	})

@@ -23,6 +23,10 @@ var ErrNotHeld = errors.New("payment is not held and has no quarantined events")
 // meanwhile. The transaction is rolled back; nothing was written.
 var ErrOutcomeChanged = store.ErrOutcomeChanged
 
+// replayLockTimeout bounds Replay's wait for the partitions' offset rows
+// (batch transactions in flight; a frozen owner's until its session ends).
+const replayLockTimeout = 10 * time.Second
+
 // ReplayReport says what a replay did.
 type ReplayReport struct {
 	PaymentKey string
@@ -50,10 +54,12 @@ type ReplayOptions struct {
 // error names it.
 //
 // Replay runs outside the consumer group, so it holds no partition epoch:
-// it locks the payment row (as every writer of a payment does) and writes
-// each delivery outcome only if the row still has the status it was read
-// with. If one changed meanwhile, Replay rolls back and returns
-// ErrOutcomeChanged; running it again sees the new state.
+// it locks every partition's offset row for its transaction (so no worker
+// or sweeper writes meanwhile; they wait for it, at most a short
+// transaction) and writes each delivery outcome only if the row still has
+// the status it was read with. If one changed meanwhile, Replay rolls
+// back and returns ErrOutcomeChanged; running it again sees the new state.
+// It waits at most replayLockTimeout for batches in flight.
 func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts ReplayOptions) (ReplayReport, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -65,9 +71,17 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 	}
 	a := &applier{now: opts.Now}
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		locked := map[string]*store.LockedPayment{}
+		// Replay has no partition of its own: it excludes every worker
+		// and sweeper for its transaction, so it reads the payment, its
+		// hold and its waiting events as the last writer committed them,
+		// and no batch decides an event of the payment meanwhile (see
+		// store.QueueLoadPayments).
+		if err := store.LockAllPartitions(ctx, tx, replayLockTimeout); err != nil {
+			return err
+		}
+		locked := map[string]*store.LoadedPayment{}
 		b := &pgx.Batch{}
-		store.QueueLockPayments(b, []string{paymentKey}, locked)
+		store.QueueLoadPayments(b, []string{paymentKey}, locked)
 		var rows []store.StoredDelivery
 		var found bool
 		store.QueueHeldDeliveries(b, paymentKey, &rows, &found)
@@ -78,7 +92,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 			return ErrNotHeld
 		}
 		payments := map[string]*paymentRow{paymentKey: {key: paymentKey}}
-		lockedPayments(locked, payments)
+		loadedPayments(locked, payments)
 		p := payments[paymentKey]
 		if err := store.ReleaseHold(ctx, tx, paymentKey); err != nil {
 			return err

@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -219,5 +220,132 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 	}
 	if status != "ignored" || reason != "skipped_by_operator" {
 		t.Errorf("e1 = %s/%s, want the other writer's ignored/skipped_by_operator", status, reason)
+	}
+}
+
+// TestReplayWaitsForABatchInFlight: batches read a payment without a row
+// lock; what serializes the writers of a payment is its partition's offset
+// row, which Replay (outside the consumer group) must take too. Here a
+// batch has read the held payment and decided its new refund as
+// deferred:payment_held, and is stopped (by a test trigger) just before
+// writing; Replay runs meanwhile. Were Replay not to wait for the batch,
+// it would release the hold and apply the quarantined payment without
+// seeing the refund, which the batch then commits as waiting for a hold
+// that no longer exists: a lost update that leaves the refund deferred
+// forever. Replay must wait, then apply both.
+func TestReplayWaitsForABatchInFlight(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	const gate = 7_304_221 // advisory lock key: the test holds it, the batch waits for it
+	if _, err := db.Pool.Exec(ctx, `
+		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();
+		CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.event_id = 'e2' THEN PERFORM pg_advisory_xact_lock_shared(`+fmt.Sprint(gate)+`); END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER gate BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION gate();`); err != nil {
+		t.Fatal(err)
+	}
+	epoch, _, _, err := claim(ctx, db.Pool, "g", "raw", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	a := &applier{now: time.Now}
+	paid := replayRecord(t, 0, "pay_bad", "e1", payment.Fact{Status: payment.StatusPaid, AmountMinor: 500, Currency: "BRL", OccurredAt: at})
+	if _, err := commitBatch(ctx, db.Pool, a, "g", epoch, []*kgo.Record{paid}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Pool.Exec(ctx, `DROP TRIGGER refuse_bad ON payment_transitions`); err != nil {
+		t.Fatal(err)
+	}
+
+	gateConn, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gateConn.Release()
+	if _, err := gateConn.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	unlocked := false
+	unlock := func() {
+		if !unlocked {
+			unlocked = true
+			if _, err := gateConn.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	defer unlock()
+
+	refund := replayRecord(t, 1, "pay_bad", "e2", payment.Fact{Status: payment.StatusPartiallyRefunded, AmountMinor: 100, Currency: "BRL", RefundID: "re_1", OccurredAt: at.Add(time.Hour)})
+	batched := make(chan error, 1)
+	go func() {
+		_, err := commitBatch(ctx, db.Pool, a, "g", epoch, []*kgo.Record{refund})
+		batched <- err
+	}()
+	// The batch has read the payment (held) and waits at the gate.
+	var batchPID int32
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		err := db.Pool.QueryRow(ctx, `
+			SELECT pid FROM pg_locks
+			 WHERE locktype = 'advisory' AND NOT granted AND objid = $1
+			   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, gate).Scan(&batchPID)
+		return err == nil
+	}, "the batch to wait at the gate")
+
+	replayed := make(chan error, 1)
+	go func() {
+		_, err := Replay(ctx, db.Pool, "acme:pay_bad", ReplayOptions{})
+		replayed <- err
+	}()
+	// Either Replay waits for the batch (right) or it finishes without
+	// it (the lost update).
+	var replayErr error
+	replayDone := false
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		select {
+		case replayErr = <-replayed:
+			replayDone = true
+			return true
+		default:
+		}
+		var n int
+		_ = db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, batchPID).Scan(&n)
+		return n > 0
+	}, "Replay to wait for the batch, or to finish")
+	unlock()
+	if err := <-batched; err != nil {
+		t.Fatalf("batch: %v", err)
+	}
+	if !replayDone {
+		replayErr = <-replayed
+	}
+	if replayErr != nil {
+		t.Fatalf("Replay: %v", replayErr)
+	}
+
+	var st string
+	var version int64
+	var held bool
+	if err := db.Pool.QueryRow(ctx, `SELECT status, version, held FROM payments WHERE payment_key = 'acme:pay_bad'`).Scan(&st, &version, &held); err != nil {
+		t.Fatal(err)
+	}
+	if st != "partially_refunded" || version != 2 || held {
+		t.Errorf("pay_bad = %s v%d held=%v, want partially_refunded v2 not held", st, version, held)
+	}
+	var status, reason string
+	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'e2'`).Scan(&status, &reason); err != nil {
+		t.Fatal(err)
+	}
+	if status != "processed" {
+		t.Errorf("e2 (the refund) = %s/%s, want processed: Replay did not wait for the batch deciding it", status, reason)
 	}
 }

@@ -206,10 +206,10 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 			return err
 		}
 		key := env.PaymentKey
-		locked := map[string]*store.LockedPayment{}
+		locked := map[string]*store.LoadedPayment{}
 		b := &pgx.Batch{}
-		store.QueueLockPayments(b, []string{key}, locked)
-		// Read under the payment's lock: only events still deferred are
+		store.QueueLoadPayments(b, []string{key}, locked)
+		// Read under the partition's lock: only events still deferred are
 		// decided; the update of each is guarded by that status too.
 		still := map[int64]bool{}
 		store.QueueStillDeferred(b, key, ids, still)
@@ -217,7 +217,7 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 			return fmt.Errorf("load payment: %w", err)
 		}
 		payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
-		lockedPayments(locked, payments)
+		loadedPayments(locked, payments)
 		var ds []delivery
 		for _, d := range due {
 			if still[d.id] {

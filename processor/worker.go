@@ -35,8 +35,12 @@ type Worker struct {
 	// already fetched for a paused partition stay behind in the client and
 	// are fetched again after the resume, so the worker still sees every
 	// offset in order. The queue holds at most highWater plus one poll.
-	mu        sync.Mutex
-	queue     []*kgo.Record
+	mu    sync.Mutex
+	queue []*kgo.Record
+	// arrivals stamps the queue's records with when they were enqueued,
+	// one entry per enqueue call, oldest first: a batch's wait is counted
+	// from its oldest record's arrival, not from when the worker got to it.
+	arrivals  []arrival
 	fullSince time.Time // when the queue reached highWater; zero below it
 	paused    bool
 	highWater int
@@ -59,10 +63,20 @@ func newWorker(p *Processor, topic string, partition int32, epoch int64) *Worker
 	}
 }
 
+// arrival is when n consecutive records of a worker's queue were enqueued.
+type arrival struct {
+	n  int
+	at time.Time
+}
+
 // enqueue hands fetched records to the worker without ever waiting.
 func (w *Worker) enqueue(recs []*kgo.Record) {
+	if len(recs) == 0 {
+		return
+	}
 	w.mu.Lock()
 	w.queue = append(w.queue, recs...)
+	w.arrivals = append(w.arrivals, arrival{n: len(recs), at: time.Now()})
 	if len(w.queue) >= w.highWater && w.fullSince.IsZero() {
 		w.fullSince = time.Now()
 	}
@@ -102,8 +116,16 @@ func (w *Worker) take(n int) []*kgo.Record {
 	n = min(n, len(w.queue))
 	out := w.queue[:n:n]
 	w.queue = w.queue[n:]
+	for left := n; left > 0; {
+		if w.arrivals[0].n > left {
+			w.arrivals[0].n -= left
+			break
+		}
+		left -= w.arrivals[0].n
+		w.arrivals = w.arrivals[1:]
+	}
 	if len(w.queue) == 0 {
-		w.queue = nil // let the taken records' array go with them
+		w.queue, w.arrivals = nil, nil // let the taken records' array go with them
 	}
 	if !w.fullSince.IsZero() && len(w.queue) < w.highWater {
 		w.fullSince = time.Time{}
@@ -118,9 +140,19 @@ func (w *Worker) take(n int) []*kgo.Record {
 }
 
 func (w *Worker) queued() int {
+	n, _ := w.head()
+	return n
+}
+
+// head returns how many records are queued and when the oldest of them
+// arrived (zero when none is).
+func (w *Worker) head() (n int, oldest time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return len(w.queue)
+	if len(w.arrivals) > 0 {
+		oldest = w.arrivals[0].at
+	}
+	return len(w.queue), oldest
 }
 
 // stop asks the worker to finish (its in-flight transaction commits or is
@@ -136,31 +168,50 @@ func (w *Worker) run() {
 	defer w.sweeper.stop()
 	maxRecords := w.p.cfg.BatchMaxRecords
 	for {
-		// Wait for a first record, then up to BatchMaxWait for a full batch.
-		for w.queued() == 0 {
-			select {
-			case <-w.quit:
-				return
-			case <-w.wake:
-			}
-		}
-		if w.queued() < maxRecords {
-			timer := time.NewTimer(w.p.cfg.BatchMaxWait)
-		fill:
-			for w.queued() < maxRecords {
-				select {
-				case <-w.wake:
-				case <-timer.C:
-					break fill
-				case <-w.quit:
-					timer.Stop()
-					return
-				}
-			}
-			timer.Stop()
+		if !w.fill(maxRecords) {
+			return
 		}
 		if !w.commit(w.take(maxRecords)) {
 			return
+		}
+	}
+}
+
+// fill waits until a batch is worth starting, and reports false when the
+// worker is told to stop meanwhile. A batch starts once maxRecords are
+// queued, or once the oldest queued record has waited BatchMaxWait since
+// it arrived. Records that arrived while the previous batch was being
+// committed have been waiting all that time: when the database is the
+// bottleneck, each transaction takes everything queued during the one
+// before, at once, and batches grow with the load instead of adding a
+// wait on top of a slow commit.
+func (w *Worker) fill(maxRecords int) bool {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		n, oldest := w.head()
+		var wait <-chan time.Time
+		if n > 0 {
+			left := w.p.cfg.BatchMaxWait - time.Since(oldest)
+			if n >= maxRecords || left <= 0 {
+				return true
+			}
+			if timer == nil {
+				timer = time.NewTimer(left)
+			} else {
+				timer.Reset(left)
+			}
+			wait = timer.C
+		}
+		select {
+		case <-w.quit:
+			return false
+		case <-w.wake:
+		case <-wait:
 		}
 	}
 }

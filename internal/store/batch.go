@@ -20,8 +20,8 @@ type DedupKey struct {
 	Key    string
 }
 
-// LockedPayment is a payment read, locked, by Load.
-type LockedPayment struct {
+// LoadedPayment is a payment as Load read it.
+type LoadedPayment struct {
 	Key string
 	// Found is false for a payment not stored yet.
 	Found bool
@@ -33,23 +33,41 @@ type LockedPayment struct {
 	Waiting []StoredDelivery
 }
 
-// Loaded is what Load read.
+// Loaded is what Load read. Its fields are filled when the pgx.Batch it
+// was queued on is sent; then call Check.
 type Loaded struct {
 	// IDs are fresh delivery ids, in allocation order.
 	IDs []int64
 	// Known are the dedup keys already stored, of those asked.
 	Known map[DedupKey]bool
 	// Payments are the payments asked, by key.
-	Payments map[string]*LockedPayment
+	Payments map[string]*LoadedPayment
+
+	ids int // asked for
 }
 
 // Load reads what a batch decides on, in one round trip: it allocates ids
-// for new deliveries, finds which of keys are stored already, and
-// locks the payments (in key order, so two writers never deadlock) with
-// their waiting deliveries.
+// for new deliveries, finds which of keys are stored already, and reads
+// the payments with their waiting deliveries.
+//
+// Nothing here locks a payment: every writer of a payment holds its
+// partition's offset row lock for its whole transaction (LockPartition,
+// or LockAllPartitions for replay), which serializes them. See
+// QueueLoadPayments.
 func Load(ctx context.Context, tx pgx.Tx, ids int, keys []DedupKey, payments []string) (Loaded, error) {
-	out := Loaded{Known: map[DedupKey]bool{}, Payments: map[string]*LockedPayment{}}
 	b := &pgx.Batch{}
+	out := QueueLoad(b, ids, keys, payments)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return Loaded{}, fmt.Errorf("load batch: %w", err)
+	}
+	return *out, out.Check()
+}
+
+// QueueLoad queues Load's statements on b, so they can share a round trip
+// with others (the partition's lock, queued before them). The result is
+// filled once b is sent.
+func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loaded {
+	out := &Loaded{Known: map[DedupKey]bool{}, Payments: map[string]*LoadedPayment{}, ids: ids}
 	if ids > 0 {
 		b.Queue(`SELECT nextval('deliveries_id_seq') FROM generate_series(1, $1::int)`, ids).Query(func(rows pgx.Rows) error {
 			var id int64
@@ -71,26 +89,49 @@ func Load(ctx context.Context, tx pgx.Tx, ids int, keys []DedupKey, payments []s
 			return err
 		})
 	}
-	QueueLockPayments(b, payments, out.Payments)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return Loaded{}, fmt.Errorf("load batch: %w", err)
-	}
-	if len(out.IDs) != ids {
-		return Loaded{}, fmt.Errorf("allocate delivery ids: got %d, want %d", len(out.IDs), ids)
-	}
-	return out, nil
+	QueueLoadPayments(b, payments, out.Payments)
+	return out
 }
 
-// QueueLockPayments queues, on b, the locking read of the payments keys
-// and of their waiting deliveries into into (an entry per key, created if
+// Check reports whether the sent statements of l returned what was asked.
+func (l *Loaded) Check() error {
+	if len(l.IDs) != l.ids {
+		return fmt.Errorf("allocate delivery ids: got %d, want %d", len(l.IDs), l.ids)
+	}
+	return nil
+}
+
+// QueueLoadPayments queues, on b, the read of the payments keys and of
+// their waiting deliveries into into (an entry per key, created if
 // missing).
-func QueueLockPayments(b *pgx.Batch, keys []string, into map[string]*LockedPayment) {
+//
+// The read takes no row lock (no FOR UPDATE: it cost a WAL record and a
+// buffer write per payment and batch). The caller must hold the offset row
+// lock of the partition the payments' records are consumed from, which
+// every writer of a payment takes first and keeps until it commits:
+//
+//   - a partition's worker and its sweeper lock that partition's row
+//     (LockPartition) and check their owner epoch;
+//   - replay, which runs outside the consumer group, locks every offset row
+//     (LockAllPartitions), whatever partition the payment maps to;
+//   - a payment's records all land on one partition (the key partitioner),
+//     and the processor refuses to run when the partition count changed.
+//
+// So two transactions that write one payment never overlap, and each reads
+// the payment, its hold and its waiting deliveries as the previous one
+// committed them (each statement of a read-committed transaction takes a
+// new snapshot, after the lock was granted). Were two writers ever to
+// race anyway (two consumer groups on one schema), the barriers remain:
+// both would write the same next (payment_key, version) transition, or the
+// same new payment, or the same dedup key, and the second fails with a
+// unique violation and is retried against the first one's result.
+func QueueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayment) {
 	for _, k := range keys {
 		if into[k] == nil {
-			into[k] = &LockedPayment{Key: k}
+			into[k] = &LoadedPayment{Key: k}
 		}
 	}
-	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1) ORDER BY payment_key FOR UPDATE`, keys).
+	b.Queue(`SELECT payment_key, state, held FROM payments WHERE payment_key = ANY($1)`, keys).
 		Query(func(rows pgx.Rows) error {
 			var key string
 			var st payment.State
@@ -148,7 +189,7 @@ type Outcome struct {
 
 // PaymentWrite is a payment's new state.
 type PaymentWrite struct {
-	// New is true for a payment not stored yet (LockedPayment.Found false).
+	// New is true for a payment not stored yet (LoadedPayment.Found false).
 	New         bool
 	Key         string
 	Source      string
@@ -183,6 +224,21 @@ type Batch struct {
 // movements and the state events.
 func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
 	pb := &pgx.Batch{}
+	if err := QueueWrite(pb, b); err != nil {
+		return err
+	}
+	if pb.Len() == 0 {
+		return nil
+	}
+	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
+		return fmt.Errorf("write batch: %w", err)
+	}
+	return nil
+}
+
+// QueueWrite queues Write's statements on pb, so they can share a round
+// trip with others (the move of the partition's offset, queued after them).
+func QueueWrite(pb *pgx.Batch, b *Batch) error {
 	if err := queueDeliveries(pb, b.Deliveries); err != nil {
 		return err
 	}
@@ -197,12 +253,6 @@ func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
 			return err
 		}
 		pb.Queue(statelog.EmitSQL, frames)
-	}
-	if pb.Len() == 0 {
-		return nil
-	}
-	if err := tx.SendBatch(ctx, pb).Close(); err != nil {
-		return fmt.Errorf("write batch: %w", err)
 	}
 	return nil
 }

@@ -84,6 +84,35 @@ type Bounds struct {
 // row does not exist.
 func LockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, bounds Bounds) (next, owner int64, err error) {
 	b := &pgx.Batch{}
+	lock := QueueLockPartition(b, group, topic, partition, bounds)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return 0, 0, fmt.Errorf("lock partition offset: %w", err)
+	}
+	return lock.Result()
+}
+
+// PartitionLock is what QueueLockPartition read, once its batch was sent.
+type PartitionLock struct {
+	found       bool
+	next, owner int64
+	name        string
+}
+
+// Result returns the partition's next offset and owner epoch, or
+// ErrNoOffsetRow when the row does not exist.
+func (l *PartitionLock) Result() (next, owner int64, err error) {
+	if !l.found {
+		return 0, 0, fmt.Errorf("%w for %s", ErrNoOffsetRow, l.name)
+	}
+	return l.next, l.owner, nil
+}
+
+// QueueLockPartition queues LockPartition's statements on b; statements
+// queued after them on b run under the lock. A missing row is not an
+// error of the batch (so what follows still runs and is discarded):
+// Result reports it.
+func QueueLockPartition(b *pgx.Batch, group, topic string, partition int32, bounds Bounds) *PartitionLock {
+	l := &PartitionLock{name: topic + "/" + strconv.Itoa(int(partition))}
 	if bounds.IdleInTransaction > 0 {
 		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
 			Millis(bounds.IdleInTransaction), Millis(bounds.Statement))
@@ -91,15 +120,27 @@ func LockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partitio
 	b.Queue(`
 		SELECT next_offset, owner_epoch FROM consumer_offsets
 		 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&next, &owner) })
-	err = tx.SendBatch(ctx, b).Close()
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, fmt.Errorf("%w for %s/%d", ErrNoOffsetRow, topic, partition)
+		Query(func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&l.next, &l.owner}, func() error { l.found = true; return nil })
+			return err
+		})
+	return l
+}
+
+// LockAllPartitions locks every offset row of the schema (every group,
+// topic and partition), in key order, for the rest of tx: a writer outside
+// the consumer group (replay) then excludes every worker and sweeper until
+// it commits, whatever partition its payment's records are consumed from.
+// Every lock the rest of tx takes waits at most lockTimeout (SQLSTATE
+// 55P03 after); with every partition excluded, none should wait.
+func LockAllPartitions(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, Millis(lockTimeout))
+	b.Queue(`SELECT count(*) FROM (SELECT 1 FROM consumer_offsets ORDER BY group_id, topic, partition FOR UPDATE) AS locked`)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return fmt.Errorf("lock partitions: %w", err)
 	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("lock partition offset: %w", err)
-	}
-	return next, owner, nil
+	return nil
 }
 
 // QueueStoreOffset queues, on b, the move of the partition's next offset.
