@@ -20,6 +20,7 @@ const (
 	outcomeUnavailable
 	outcomeOverloaded
 	outcomeClientGone
+	outcomeTimeout
 	numOutcomes
 )
 
@@ -33,6 +34,7 @@ var outcomeNames = [numOutcomes]string{
 	outcomeUnavailable:  "unavailable",
 	outcomeOverloaded:   "overloaded",
 	outcomeClientGone:   "client_gone",
+	outcomeTimeout:      "timeout",
 }
 
 // The "limit" label of paystream_ingest_overload_rejections_total: which

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -21,6 +22,7 @@ var (
 	answerReceived     = []byte(`{"received":true}` + "\n")
 	answerUnknown      = []byte(`{"error":"unknown source"}` + "\n")
 	answerUnreadable   = []byte(`{"error":"could not read body"}` + "\n")
+	answerTimeout      = []byte(`{"error":"body not received in time"}` + "\n")
 	answerUnauthorized = []byte(`{"error":"signature verification failed"}` + "\n")
 	answerUnavailable  = []byte(`{"error":"event store unavailable, retry later"}` + "\n")
 	answerOverloaded   = []byte(`{"error":"too many requests in flight, retry later"}` + "\n")
@@ -65,12 +67,24 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 			writeBody(w, http.StatusRequestEntityTooLarge, []byte(`{"error":"body too large","limit_bytes":`+strconv.FormatInt(src.MaxBodyBytes, 10)+"}\n"))
 			return
 		}
-		if r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF) {
-			rt.outcomes[outcomeClientGone].Inc() // hung up mid-body
-			return
+		// Every path answers: a handler that returns without writing
+		// makes net/http answer 200 for a webhook nobody kept.
+		var netErr net.Error
+		switch {
+		case errors.As(err, &netErr) && netErr.Timeout():
+			// Too slow to send its body within ReadTimeout (net/http
+			// also cancels the request's context then): cut it off.
+			rt.outcomes[outcomeTimeout].Inc()
+			w.Header().Set("Connection", "close")
+			writeBody(w, http.StatusRequestTimeout, answerTimeout)
+		case r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF):
+			// Hung up mid-body: most likely nobody reads this answer.
+			rt.outcomes[outcomeClientGone].Inc()
+			writeBody(w, http.StatusBadRequest, answerUnreadable)
+		default:
+			rt.outcomes[outcomeBadRequest].Inc()
+			writeBody(w, http.StatusBadRequest, answerUnreadable)
 		}
-		rt.outcomes[outcomeBadRequest].Inc()
-		writeBody(w, http.StatusBadRequest, answerUnreadable)
 		return
 	}
 	s.metrics.bodyBytes.Observe(float64(len(body)))
@@ -131,17 +145,20 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.rec = kgo.Record{Topic: topic, Key: p.buf[:len(msg.paymentKey)], Value: p.buf[len(msg.paymentKey):]}
-	if err := s.produce(r.Context(), p); err != nil {
-		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
-			// The client hung up before the broker answered: nobody to
-			// answer, and no sign the broker is unavailable. The record
-			// may still be written; the gateway's retry is then a duplicate.
+	// The answer waits for the broker whatever the client does: net/http
+	// cancels the request's context when the client closes its sending
+	// side, and a 200 must never go out before the acknowledgement.
+	if err := s.produce(p); err != nil {
+		if r.Context().Err() != nil {
+			// The client went away and the broker did not answer in time:
+			// not a sign the broker is down. The record may still be
+			// written; the gateway's retry is then a duplicate.
 			rt.outcomes[outcomeClientGone].Inc()
-			s.log.Debug("client gone before the broker acknowledged", "source", src.Name, "topic", topic)
-			return
+			s.log.Debug("client gone, broker did not acknowledge", "source", src.Name, "topic", topic, "error", err)
+		} else {
+			rt.outcomes[outcomeUnavailable].Inc()
+			s.log.Warn("produce failed", "source", src.Name, "topic", topic, "error", err)
 		}
-		rt.outcomes[outcomeUnavailable].Inc()
-		s.log.Warn("produce failed", "source", src.Name, "topic", topic, "error", err)
 		s.writeRetryLater(w, answerUnavailable)
 		return
 	}
@@ -216,7 +233,7 @@ func putPending(p *pending) {
 //
 // The record is produced with a context of its own: a client hanging up
 // must not cancel it (canceling can fail the records batched with it).
-func (s *Server) produce(ctx context.Context, p *pending) error {
+func (s *Server) produce(p *pending) error {
 	start := time.Now()
 	s.kafka.TryProduce(context.Background(), &p.rec, p.promise)
 	timer := time.NewTimer(s.cfg.ProduceTimeout)
@@ -228,8 +245,6 @@ func (s *Server) produce(ctx context.Context, p *pending) error {
 		return err
 	case <-timer.C:
 		return fmt.Errorf("broker did not acknowledge within %s", s.cfg.ProduceTimeout)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 
