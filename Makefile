@@ -89,3 +89,26 @@ bench-ingest: ## Ingest vs a bare HMAC handler on the local Kafka, then p50/p99 
 .PHONY: loadgen
 loadgen: build ## Send signed webhooks to a running ingest, e.g. make loadgen ARGS="--rate 1000/s -d 30s".
 	./bin/paystream loadgen --sources $(SOURCES) $(ARGS)
+
+# --- Docker: docker-compose.yml, deploy/Dockerfile and testenv's testcontainers path, run
+# on offline stand-in images (deploy/images.sh; see deploy/README.md, "Docker").
+CONTAINER_PKGS ?= ./internal/testenv ./processor ./internal/e2e
+
+.PHONY: images
+images: ## Start Docker if needed and build the offline stand-in images (deploy/images.sh).
+	deploy/images.sh engine && deploy/images.sh build
+
+.PHONY: compose-test
+compose-test: build ## docker-compose.yml end to end on the stand-ins: signed webhooks reach `paid` and the state topic.
+	deploy/compose-test.sh
+
+.PHONY: test-containers
+test-containers: images ## Run CONTAINER_PKGS on testenv's own Kafka and Postgres containers (testcontainers, stand-in images).
+	@eval "$$(deploy/images.sh env)"; \
+	env -u PAYSTREAM_TEST_DATABASE_URL -u PAYSTREAM_TEST_KAFKA_BROKERS TESTCONTAINERS_RYUK_DISABLED=true \
+		$(GO) test -race -shuffle=on -timeout 20m $(CONTAINER_PKGS); rc=$$?; \
+	left=$$(docker ps -aq --filter label=paystream.testenv); \
+	if [ -n "$$left" ]; then \
+		echo "test-containers: testenv left containers behind: $$left (removing)" >&2; \
+		docker rm -f $$left >/dev/null; rc=1; \
+	fi; exit $$rc

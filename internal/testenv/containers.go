@@ -4,19 +4,69 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"os"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	"github.com/testcontainers/testcontainers-go"
 	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
-// Images of the containers started when the environment names no servers.
+// Environment variables naming the images of the containers started when
+// the environment names no servers, and their defaults, the public images
+// docker-compose.yml uses. deploy/images.sh builds offline stand-ins
+// (eval "$(deploy/images.sh env)" sets both).
 const (
-	postgresImage = "postgres:16"
-	kafkaImage    = "apache/kafka:4.1.1"
+	EnvPostgresImage = "PAYSTREAM_TEST_POSTGRES_IMAGE"
+	EnvKafkaImage    = "PAYSTREAM_TEST_KAFKA_IMAGE"
+
+	DefaultPostgresImage = "postgres:16"
+	DefaultKafkaImage    = "apache/kafka:4.1.1"
 )
+
+// containerLabel marks every container testenv starts, so leftovers of a
+// killed test binary can be found: docker ps -aq --filter label=paystream.testenv.
+const containerLabel = "paystream.testenv"
+
+// hostOverrideEnv is testcontainers' setting for the address published
+// ports are reached at. Unset, testenv sets it to loopback and publishes the
+// containers' ports on loopback only: testcontainers would otherwise guess the
+// default gateway when it finds itself in a container (/.dockerenv), and
+// Docker would publish on every interface. Set it to reach a remote engine.
+const hostOverrideEnv = "TESTCONTAINERS_HOST_OVERRIDE"
+
+// loopback is the only address testenv publishes ports on and dials.
+var loopback = netip.MustParseAddr("127.0.0.1")
+
+// publishOnLoopback binds the container's ports to 127.0.0.1 unless the
+// caller pointed testcontainers at another host.
+func publishOnLoopback(ports ...string) testcontainers.CustomizeRequestOption {
+	return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+		if os.Getenv(hostOverrideEnv) != loopback.String() {
+			return
+		}
+		if hc.PortBindings == nil {
+			hc.PortBindings = network.PortMap{}
+		}
+		for _, p := range ports {
+			hc.PortBindings[network.MustParsePort(p)] = []network.PortBinding{{HostIP: loopback}}
+		}
+	})
+}
+
+// imageFromEnv returns the image named by the environment variable env, or
+// def when it is unset or empty.
+func imageFromEnv(env, def string) string {
+	if v := strings.TrimSpace(os.Getenv(env)); v != "" {
+		return v
+	}
+	return def
+}
 
 var (
 	dockerOnce sync.Once
@@ -44,6 +94,9 @@ func dockerAvailable() error {
 				dockerErr = fmt.Errorf("no Docker engine answered: %v", r)
 			}
 		}()
+		if _, set := os.LookupEnv(hostOverrideEnv); !set {
+			os.Setenv(hostOverrideEnv, loopback.String())
+		}
 		provider, err := testcontainers.ProviderDefault.GetProvider()
 		if err != nil {
 			dockerErr = fmt.Errorf("no Docker engine answered: %w", err)
@@ -65,9 +118,12 @@ func postgresContainer() (string, error) {
 		if pgErr = dockerAvailable(); pgErr != nil {
 			return
 		}
+		image := imageFromEnv(EnvPostgresImage, DefaultPostgresImage)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		ctr, err := tcpostgres.Run(ctx, postgresImage,
+		ctr, err := tcpostgres.Run(ctx, image,
+			testcontainers.WithLabels(map[string]string{containerLabel: "postgres"}),
+			publishOnLoopback("5432/tcp"),
 			tcpostgres.WithDatabase("paystream"),
 			tcpostgres.WithUsername("paystream"),
 			tcpostgres.WithPassword("paystream"),
@@ -81,7 +137,7 @@ func postgresContainer() (string, error) {
 			track(ctr)
 		}
 		if err != nil {
-			pgErr = fmt.Errorf("the %s container did not start: %w", postgresImage, err)
+			pgErr = fmt.Errorf("the %s container did not start: %w", image, err)
 			return
 		}
 		pgURL, pgErr = ctr.ConnectionString(ctx, "sslmode=disable")
@@ -105,10 +161,13 @@ func kafkaContainer() ([]string, error) {
 		if kafkaErr = dockerAvailable(); kafkaErr != nil {
 			return
 		}
+		image := imageFromEnv(EnvKafkaImage, DefaultKafkaImage)
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		ctr, err := testcontainers.Run(ctx, kafkaImage,
+		ctr, err := testcontainers.Run(ctx, image,
+			testcontainers.WithLabels(map[string]string{containerLabel: "kafka"}),
 			testcontainers.WithExposedPorts(clientPort),
+			publishOnLoopback(clientPort),
 			testcontainers.WithEnv(map[string]string{
 				"CLUSTER_ID":                                     "cGF5c3RyZWFtdGVzdGVudg", // base64url of 16 bytes, as Kafka wants,
 				"KAFKA_NODE_ID":                                  "1",
@@ -153,12 +212,12 @@ func kafkaContainer() ([]string, error) {
 			track(ctr)
 		}
 		if err != nil {
-			kafkaErr = fmt.Errorf("the %s container did not start: %w", kafkaImage, err)
+			kafkaErr = fmt.Errorf("the %s container did not start: %w", image, err)
 			return
 		}
 		endpoint, err := ctr.PortEndpoint(ctx, clientPort, "")
 		if err != nil {
-			kafkaErr = fmt.Errorf("the %s container's broker address: %w", kafkaImage, err)
+			kafkaErr = fmt.Errorf("the %s container's broker address: %w", image, err)
 			return
 		}
 		kafkaBrokers = []string{endpoint}
