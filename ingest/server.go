@@ -33,9 +33,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kotel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/internal/tracing"
 )
 
 // Config configures a Server.
@@ -108,6 +111,11 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock signatures are judged against. Defaults to time.Now.
 	Now func() time.Time
+	// TracerProvider traces each webhook: a server span per request, and
+	// kotel's producer hook starts the record's publish span under it and
+	// writes its W3C traceparent header on the raw record. Nil or a no-op
+	// provider turns tracing off, at no cost.
+	TracerProvider trace.TracerProvider
 }
 
 // Config defaults.
@@ -125,6 +133,7 @@ type Server struct {
 	metrics *metrics
 	routes  map[string]*route // by source name
 	handler http.Handler
+	tracer  trace.Tracer // nil: tracing off
 	ready   atomic.Bool
 	// draining is set once Serve's ctx ended: /readyz answers 503 from
 	// then on, whatever Kafka's state.
@@ -234,11 +243,16 @@ func New(cfg Config) (*Server, error) {
 		kgo.ProducerBatchMaxBytes(maxRecord), // a batch holds at least the largest record
 		kgo.RecordDeliveryTimeout(cfg.ProduceTimeout + 30*time.Second),
 	}, cfg.KafkaOpts...)
+	tracer := tracing.Tracer(cfg.TracerProvider, tracerName)
+	if tracer != nil {
+		kt := kotel.NewTracer(kotel.TracerProvider(cfg.TracerProvider), kotel.TracerPropagator(tracing.Propagator))
+		opts = append(opts, kgo.WithHooks(kotel.NewKotel(kotel.WithTracer(kt)).Hooks()...))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, maxRecordBytes: maxRecord}
+	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, tracer: tracer, maxRecordBytes: maxRecord}
 	s.handler = s.newRouter()
 	return s, nil
 }
@@ -267,7 +281,11 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) newRouter() http.Handler {
 	r := chi.NewRouter()
-	r.Post("/webhooks/{source}", s.handleWebhook)
+	if s.tracer != nil {
+		r.Post("/webhooks/{source}", s.traceWebhook)
+	} else {
+		r.Post("/webhooks/{source}", s.handleWebhook)
+	}
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeBody(w, http.StatusOK, answerHealthy) })
 	r.Get("/readyz", s.handleReady)
 	if !s.cfg.OmitMetrics {

@@ -145,6 +145,12 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.rec = kgo.Record{Topic: topic, Key: p.buf[:len(msg.paymentKey)], Value: p.buf[len(msg.paymentKey):]}
+	if s.tracer != nil {
+		// kotel's producer hook starts the publish span under the
+		// request's and injects its traceparent into the record. The
+		// record outlives a client hanging up: its context never ends.
+		p.rec.Context = context.WithoutCancel(r.Context())
+	}
 	// The answer waits for the broker whatever the client does: net/http
 	// cancels the request's context when the client closes its sending
 	// side, and a 200 must never go out before the acknowledgement.

@@ -14,6 +14,7 @@ import (
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/statelog"
 	"github.com/paystream/paystream/internal/store"
+	"github.com/paystream/paystream/internal/tracing"
 )
 
 // Delivery reasons the processor itself assigns (the machine assigns the rest).
@@ -145,7 +146,7 @@ func decodeAll(recs []*kgo.Record, refetched map[int64][]payment.Fact) ([]delive
 // replays and the refetch sweeper (whose deliveries are stored already).
 func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
 	b := &pgx.Batch{}
-	results, err := a.decideQueued(b, ds, payments)
+	results, err := a.decideQueued(ctx, b, ds, payments)
 	if err != nil {
 		return nil, err
 	}
@@ -159,8 +160,9 @@ func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments
 }
 
 // decideQueued is decide with the writes queued on b, for the caller to
-// send (with statements of its own after them).
-func (a *applier) decideQueued(b *pgx.Batch, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
+// send (with statements of its own after them). The state events carry the
+// trace context of ctx's span, if any (see tracing.StateHeaders).
+func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
 	var w writes
 	results := make([]result, 0, len(ds))
 	for i := range ds {
@@ -247,6 +249,11 @@ func (a *applier) decideQueued(b *pgx.Batch, ds []delivery, payments map[string]
 			}
 		}
 		p.waiting = kept
+	}
+	if h := tracing.StateHeaders(ctx); h != nil {
+		for i := range w.Events {
+			w.Events[i].Headers = h // read only: shared
+		}
 	}
 	if err := a.queueWrite(b, &w, ds, payments); err != nil {
 		return nil, err

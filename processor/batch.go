@@ -259,7 +259,7 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 		}
 		// Round trip 2: every row the batch decided on, and the offset.
 		b = &pgx.Batch{}
-		if out.results, err = a.decideQueued(b, ds[skip:], payments); err != nil {
+		if out.results, err = a.decideQueued(ctx, b, ds[skip:], payments); err != nil {
 			return err
 		}
 		store.QueueStoreOffset(b, group, topic, partition, out.next)

@@ -34,9 +34,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/internal/tracing"
 )
 
 // Config configures a Processor.
@@ -134,6 +136,12 @@ type Config struct {
 	// Now is the clock: delivery and dedup-key times, retention. Defaults
 	// to time.Now.
 	Now func() time.Time
+	// TracerProvider traces each batch transaction: a span linked to the
+	// trace context of each of its records (their W3C traceparent header),
+	// whose own context the batch's state events carry as their
+	// traceparent header. Nil or a no-op provider turns tracing off, at
+	// no cost.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) withDefaults() error {
@@ -222,7 +230,8 @@ type Processor struct {
 	log     *slog.Logger
 	metrics *metrics
 	applier *applier
-	refetch *refetcher // nil when no source refetches
+	refetch *refetcher   // nil when no source refetches
+	tracer  trace.Tracer // nil: tracing off
 	kcl     atomic.Pointer[kgo.Client]
 
 	mu      sync.Mutex
@@ -271,6 +280,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 		offsets: map[int32]*partitionOffsets{},
 		copyNow: make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
+		tracer:  tracing.Tracer(cfg.TracerProvider, tracerName),
 	}
 	if len(cfg.Refetch) > 0 {
 		p.refetch = newRefetcher(cfg.Refetch, cfg.HTTPClient, cfg.Logger, m)

@@ -227,7 +227,9 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		ctx, span := w.p.startBatchSpan(ctx, batch)
 		out, err := commitBatch(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, batch)
+		endBatchSpan(span, out, err)
 		cancel()
 		if err == nil {
 			m.txSeconds.Observe(time.Since(start).Seconds())

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/devpg"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/source"
@@ -149,13 +151,19 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return fmt.Errorf("write dev state: %w", err)
 	}
 
-	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources)
+	tp, stopTracing, err := startTracing(ctx, e.log, "paystream-dev")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) { cfg.TracerProvider = tp })
 	if err != nil {
 		return err
 	}
 	proc, err := processor.New(pool, processor.Config{
 		Brokers: brokers, Topic: c.RawTopic, Group: "paystream-dev", Refetch: refetchConfigs(sources),
-		Logger: e.log.With("component", "processor"), Registerer: e.reg,
+		Logger: e.log.With("component", "processor"), Registerer: e.reg, TracerProvider: tp,
+		KafkaOpts: []kgo.Opt{kafkaMetrics(e.reg, "processor")},
 	})
 	if err != nil {
 		return err

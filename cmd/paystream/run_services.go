@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/provider/drivers"
@@ -71,7 +73,13 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 	if err := serveMetrics(ctx, e, c.MetricsAddr, nil); err != nil {
 		return err
 	}
+	tp, stopTracing, err := startTracing(ctx, e.log, "paystream-ingest")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
+		cfg.TracerProvider = tp
 		cfg.OmitMetrics = c.MetricsAddr != ""
 		cfg.ShutdownGrace, cfg.ShutdownTimeout = c.ShutdownGrace, c.ShutdownTimeout
 	})
@@ -102,6 +110,7 @@ func newIngest(e *env, brokers []string, t topicFlags, f ingestFlags, sources ma
 		Logger:               e.log.With("component", "ingest"),
 		Registerer:           e.reg,
 		Gatherer:             e.reg,
+		KafkaOpts:            []kgo.Opt{kafkaMetrics(e.reg, "ingest")},
 	}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -214,6 +223,11 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		}
 		refetch = refetchConfigs(sources)
 	}
+	tp, stopTracing, err := startTracing(ctx, e.log, "paystream-processor")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	p, err := processor.New(pool, processor.Config{
 		Refetch:           refetch,
 		Brokers:           brokers,
@@ -228,6 +242,8 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		DedupRetention:    c.DedupRetention,
 		Logger:            e.log.With("component", "processor"),
 		Registerer:        e.reg,
+		KafkaOpts:         []kgo.Opt{kafkaMetrics(e.reg, "processor")},
+		TracerProvider:    tp,
 	})
 	if err != nil {
 		return err
