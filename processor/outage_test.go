@@ -104,8 +104,15 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	cutAt := time.Now()
 	lagAtCut := gaugeSum(t, reg, "paystream_processor_lag_records")
 	// Wait until every worker is surely full (more unapplied records than
-	// a worker buffers plus a poll), then add a member to the group.
-	testenv.WaitFor(t, outage/2, func() error {
+	// a worker buffers plus a poll), then add a member to the group: at
+	// the latest a rebalance timeout (and a margin) before the outage ends,
+	// so that a poll loop blocked for the whole outage would be evicted.
+	effectiveRebalance := rebalanceTimeout
+	if effectiveRebalance <= 0 {
+		effectiveRebalance = 60 * time.Second // franz-go's default
+	}
+	joinBy := max(outage/2, outage-effectiveRebalance-2*time.Second)
+	testenv.WaitFor(t, joinBy, func() error {
 		ends := endOffsets(t, brokers, topic)
 		for part, end := range ends {
 			if behind := end - storedOffset(t, db, group, topic, part); behind < 100 {
