@@ -80,24 +80,53 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	startNamedProcessor(t, db.URL, brokers, raw, group, liveApp)
 	watch := watchOffsets(t, db.Pool, group, raw)
 
+	// Filler payments (one event each) keep traffic flowing after the
+	// histories, until the freeze is caught: there must always be a batch
+	// transaction to catch, however slow the machine.
+	fillers := make([]history, 3000)
+	fillerRecs := make([]*kgo.Record, len(fillers))
+	for i := range fillers {
+		id := fmt.Sprintf("freeze_fill_%d", i)
+		ev := provider.Event{EventID: "evt_" + id, DedupKey: "evt_" + id, PaymentID: id, Type: "payment.created",
+			Fact: payment.Fact{Status: payment.StatusPending, AmountMinor: 100, Currency: "BRL", OccurredAt: time.Now().UTC()}}
+		fillers[i] = history{key: "acme:" + id, id: id, events: []provider.Event{ev}}
+		fillerRecs[i] = rawRecord(t, raw, "acme:"+id, ev)
+	}
+	stopFillers := make(chan struct{})
+
 	// Traffic flows for the whole test, in small acked chunks.
-	produced := make(chan error, 1)
+	type producedResult struct {
+		err     error
+		fillers int // how many fillers were produced
+	}
+	produced := make(chan producedResult, 1)
 	go func() {
 		var err error
 		for i := 0; i < len(recs) && err == nil; i += 20 {
 			err = tryProduceRaw(brokers, recs[i:min(i+20, len(recs))]...)
 			time.Sleep(25 * time.Millisecond) // pacing the load, not synchronizing
 		}
-		produced <- err
+		n := 0
+		for ; n < len(fillerRecs) && err == nil; n += 5 {
+			select {
+			case <-stopFillers:
+				produced <- producedResult{err, n}
+				return
+			default:
+			}
+			err = tryProduceRaw(brokers, fillerRecs[n:min(n+5, len(fillerRecs))]...)
+			time.Sleep(25 * time.Millisecond)
+		}
+		produced <- producedResult{err, min(n, len(fillerRecs))}
 	}()
 	// Both processors own partitions once all six have a stored offset
-	// and both have had open transactions.
-	// Each processor's transactions are short: remember which one was
-	// seen in a transaction, rather than wait for both at one instant.
+	// and both have been seen writing in a transaction. Their transactions
+	// are short: remember which one was seen, rather than wait for both at
+	// one instant.
 	seenInTx := map[string]bool{}
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		for _, app := range []string{frozenApp, liveApp} {
-			if !seenInTx[app] && count(t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL`, app) > 0 {
+			if !seenInTx[app] && count(t, db.Pool, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND backend_xid IS NOT NULL`, app) > 0 {
 				seenInTx[app] = true
 			}
 		}
@@ -120,9 +149,10 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	}
 	var frozenPID int
 	var stoppedAt time.Time
+	catchBy := time.Now().Add(60 * time.Second)
 	for attempt := 1; frozenPID == 0; attempt++ {
-		if attempt > 500 {
-			t.Fatalf("never caught the processor with an open transaction")
+		if time.Now().After(catchBy) {
+			t.Fatalf("never caught the processor with an open transaction in %d attempts", attempt-1)
 		}
 		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
@@ -141,6 +171,8 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 			t.Logf("stopped the processor on attempt %d holding backend %d's transaction (sessions: %s)", attempt, frozenPID, state)
 		}
 	}
+
+	close(stopFillers)
 
 	// One more record per partition, then measure how long until every
 	// partition has applied up to its end: the frozen one's partitions
@@ -184,14 +216,16 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 		}
 		return fmt.Errorf("the woken processor logged no failed or fenced commit yet:\n%s", s)
 	})
-	if err := <-produced; err != nil {
-		t.Fatal(err)
+	res := <-produced
+	if res.err != nil {
+		t.Fatal(res.err)
 	}
+	hs = append(hs, fillers[:res.fillers]...)
 	ends = endOffsetsByPartition(t, brokers, raw)
 	testenv.WaitFor(t, 120*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
 	watch.check(t)
-	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries`); n != len(recs)+partitions {
-		t.Errorf("inbox rows = %d, want one per record (%d)", n, len(recs)+partitions)
+	if n, want := count(t, db.Pool, `SELECT count(*) FROM deliveries`), len(recs)+res.fillers+partitions; n != want {
+		t.Errorf("delivery rows = %d, want one per record (%d)", n, want)
 	}
 	checkExactlyOnce(t, db.Pool, hs)
 }
