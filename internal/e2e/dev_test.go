@@ -35,17 +35,7 @@ import (
 func TestDevWalkingSkeleton(t *testing.T) {
 	testenv.SkipIfShort(t)
 	t.Parallel()
-	dir := t.TempDir()
-	dataDir := filepath.Join(dir, "data")
-	sources := filepath.Join(dir, "sources.yaml")
-	if err := os.WriteFile(sources, []byte(`sources:
-  - name: acme
-    driver: standardwebhooks
-    secrets: ["`+testSecret+`"]
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stopStrayPostgres(t, filepath.Join(dataDir, "postgres"))
+	dataDir, sources := devDirs(t)
 
 	start := time.Now()
 	dev := startDev(t, dataDir, sources)
@@ -210,13 +200,7 @@ func TestDevPortInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	dir := t.TempDir()
-	sources := filepath.Join(dir, "sources.yaml")
-	if err := os.WriteFile(sources, []byte("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [\""+testSecret+"\"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	dataDir := filepath.Join(dir, "data")
-	stopStrayPostgres(t, filepath.Join(dataDir, "postgres"))
+	dataDir, sources := devDirs(t)
 	start := time.Now()
 	_, stderr, code := runPaystream(t, "dev", "--data-dir", dataDir, "--sources", sources, "--http-addr", ln.Addr().String())
 	if code == 0 || !strings.Contains(stderr, "--http-addr") || !strings.Contains(stderr, ln.Addr().String()) {
@@ -320,6 +304,27 @@ func devEnv() []string {
 		}
 	}
 	return out
+}
+
+// acmeSources writes, in dir, a sources file with the one source the dev
+// tests post to (acme, standardwebhooks, testSecret) and returns its path.
+func acmeSources(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "sources.yaml")
+	if err := os.WriteFile(path, []byte("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [\""+testSecret+"\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// devDirs returns a fresh data dir for `paystream dev` (no cluster of an
+// earlier run left on it) and an acme sources file beside it.
+func devDirs(t *testing.T) (dataDir, sources string) {
+	t.Helper()
+	dir := t.TempDir()
+	dataDir = filepath.Join(dir, "data")
+	stopStrayPostgres(t, filepath.Join(dataDir, "postgres"))
+	return dataDir, acmeSources(t, dir)
 }
 
 func startDev(t *testing.T, dataDir, sources string) *devProc {

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -46,11 +44,7 @@ func TestIngestSIGTERMDrains(t *testing.T) {
 	t.Parallel()
 	brokers := testenv.Kafka(t)
 	raw, dlq := testenv.Topic(t, "raw", 3), testenv.Topic(t, "dlq", 1)
-	dir := t.TempDir()
-	sources := filepath.Join(dir, "sources.yaml")
-	if err := os.WriteFile(sources, []byte("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [\""+testSecret+"\"]\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	sources := acmeSources(t, t.TempDir())
 	addr := freeLoopbackAddr(t)
 	base := "http://" + addr
 	const grace = 2 * time.Second

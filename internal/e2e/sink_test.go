@@ -24,17 +24,7 @@ import (
 func TestDevSinkExactlyOnceOnKfake(t *testing.T) {
 	testenv.SkipIfShort(t)
 	t.Parallel()
-	dir := t.TempDir()
-	dataDir := filepath.Join(dir, "data")
-	sources := filepath.Join(dir, "sources.yaml")
-	if err := os.WriteFile(sources, []byte(`sources:
-  - name: acme
-    driver: standardwebhooks
-    secrets: ["`+testSecret+`"]
-`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	stopStrayPostgres(t, filepath.Join(dataDir, "postgres"))
+	dataDir, sources := devDirs(t)
 	const before, during = 20, 40
 	want := map[string]int64{} // payment key → last version
 
