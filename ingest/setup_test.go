@@ -33,6 +33,7 @@ import (
 	"github.com/paystream/paystream/internal/provider/pagbank"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/provider/stripe"
+	"github.com/paystream/paystream/internal/provider/zoop"
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/testenv"
 )
@@ -55,6 +56,8 @@ const (
 	asToken  = "asaas-token-5d2c-not-in-any-record"
 	pbToken  = "5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A"
 	mpSecret = "mp-webhook-secret-8e1f"
+	zpPass   = "zoop-password-not-in-any-record"
+	zpMkt    = "3249465a7753536b62545a6a684b0000"
 )
 
 var sourcesYAML = `
@@ -81,6 +84,10 @@ sources:
   - name: mp
     driver: mercadopago
     secrets: ["` + mpSecret + `"]
+  - name: zp
+    driver: zoop
+    account: ` + zpMkt + `
+    secrets: ["paystream:` + zpPass + `"]
   - name: tiny
     driver: standardwebhooks
     secrets: ["` + swSecret + `"]
@@ -238,6 +245,9 @@ func driverCases(t testing.TB, now time.Time) []driverCase {
 	}, mpBody)
 	mp.query = url.Values{mercadopago.QueryDataID: {mpID}, "type": {"payment"}}
 	cases = append(cases, driverCase{"mercadopago", mp, "mp:" + mpID, mpID, mpSecret})
+
+	zpBody := fmt.Sprintf(`{"id":"evt%s","type":"transaction.succeeded","resource":"event","payload":{"object":{"id":"tx%s","resource":"transaction","status":"succeeded","amount":"10.50","currency":"BRL"}},"created_at":%q}`, u, u, at)
+	cases = append(cases, driverCase{"zoop", json("zp", http.Header{zoop.HeaderAuthorization: {zoop.Sign("paystream:" + zpPass)}}, zpBody), "zp:" + zpMkt + ":tx" + u, zpMkt + ":evt" + u, zpPass})
 	return cases
 }
 

@@ -90,7 +90,7 @@ func TestEveryDriverEndToEnd(t *testing.T) {
 				t.Errorf("record contains the source's secret")
 			}
 			for k, vs := range c.req.header {
-				if strings.Contains(strings.ToLower(k), "signature") || strings.EqualFold(k, asaas.HeaderToken) {
+				if strings.Contains(strings.ToLower(k), "signature") || strings.EqualFold(k, asaas.HeaderToken) || strings.EqualFold(k, "Authorization") {
 					for _, v := range vs {
 						if bytes.Contains(value, []byte(v)) {
 							t.Errorf("record contains the %s header", k)
@@ -272,6 +272,7 @@ func TestNotAuthenticIsRejectedBeforeParsing(t *testing.T) {
 			return w
 		}(), provider.ReasonMissingHeader},
 		{"asaas wrong token", webhook{source: "as", header: http.Header{"Asaas-Access-Token": {"guess"}}, body: []byte(`{}`)}, provider.ReasonBadSignature},
+		{"zoop wrong credential", webhook{source: "zp", header: http.Header{"Authorization": {"Basic cGF5c3RyZWFtOmd1ZXNz"}}, body: []byte(`{}`)}, provider.ReasonBadSignature},
 	}
 	want := map[[2]string]float64{}
 	for _, c := range cases {

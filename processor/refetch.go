@@ -112,6 +112,9 @@ func (r *refetcher) fetch(ctx context.Context, sourceName, paymentID string) ([]
 		if resp.StatusCode/100 != 2 {
 			return nil, fmt.Errorf("refetch: gateway answered %d", resp.StatusCode)
 		}
+		if c, ok := cfg.Refetcher.(provider.RefetchChecker); ok {
+			return c.ParseRefetchFor(paymentID, body)
+		}
 		return cfg.Refetcher.ParseRefetch(body)
 	})
 	switch {

@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/paystream/paystream/internal/provider/pagbank"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/provider/stripe"
+	"github.com/paystream/paystream/internal/provider/zoop"
 )
 
 // Event is one webhook the generator decided to send: the Step-th event
@@ -41,7 +43,8 @@ type Request struct {
 	// Source is the URL segment: POST /webhooks/{Source}.
 	Source string
 	// RawQuery is the encoded query string, without '?' (Mercado Pago's
-	// data.id and type); empty for the others.
+	// data.id and type, Zoop's token with auth: query); empty for the
+	// others.
 	RawQuery string
 	// Header carries the signature headers and Content-Type.
 	Header http.Header
@@ -65,7 +68,7 @@ func (r *Request) HTTPRequest(ctx context.Context, baseURL string) (*http.Reques
 }
 
 // Drivers are the driver names a Builder can sign for.
-var Drivers = []string{"standardwebhooks", "stripe", "hmac", "pagarme", "asaas", "pagbank", "mercadopago"}
+var Drivers = []string{"standardwebhooks", "stripe", "hmac", "pagarme", "asaas", "pagbank", "mercadopago", "zoop"}
 
 // amountMinor is every generated payment's amount, in minor units of BRL.
 const amountMinor = 100000
@@ -119,6 +122,8 @@ func NewBuilder(src Source, run string, runNum uint32) (*Builder, error) {
 		b.build = (*Builder).pagbank
 	case "mercadopago":
 		b.build = (*Builder).mercadoPago
+	case "zoop":
+		b.build = (*Builder).zoop
 	default:
 		return nil, fmt.Errorf("source %s: driver %q is not supported by the load generator (supported: %s)",
 			src.Name, src.Driver, strings.Join(Drivers, ", "))
@@ -150,6 +155,8 @@ func (b *Builder) PaymentID(i int) string {
 		return "CHAR_LG" + strings.ToUpper(b.run) + "-" + n
 	case "mercadopago":
 		return strconv.FormatUint(b.runNum%900000+100000, 10) + fmt.Sprintf("%08d", i)
+	case "zoop":
+		return fmt.Sprintf("lg%s%016x", b.run, i)
 	}
 	return "pay_lg" + b.run + "_" + n
 }
@@ -295,4 +302,28 @@ func (b *Builder) mercadoPago(ev Event, now time.Time) (*Request, error) {
 	h.Set(mercadopago.HeaderSignature, mercadopago.Sign(b.secret, pid, requestID, now))
 	q := url.Values{mercadopago.QueryDataID: {pid}, "type": {"payment"}}
 	return &Request{Source: b.src.Name, RawQuery: q.Encode(), Header: h, Body: body}, nil
+}
+
+// zoop sends Zoop's events (created, succeeded, then voids): thin by
+// design, every one is refetched; the credential is basic auth, or the
+// token in the query parameter with auth: query.
+func (b *Builder) zoop(ev Event, _ time.Time) (*Request, error) {
+	typ := "transaction.void.succeeded"
+	switch ev.Step {
+	case 0:
+		typ = "transaction.created"
+	case 1:
+		typ = "transaction.succeeded"
+	}
+	body := fmt.Appendf(nil, `{"id":%q,"type":%q,"resource":"event","payload":{"object":{"id":%q,"resource":"transaction","status":"succeeded","amount":"%d.%02d","currency":"BRL","payment_type":"pix"}},"created_at":%q}`,
+		b.id("evt", ev.Seq), typ, b.PaymentID(ev.Payment), amountMinor/100, amountMinor%100, ev.OccurredAt.UTC().Format(time.RFC3339Nano))
+	h := newHeader()
+	req := &Request{Source: b.src.Name, Header: h, Body: body}
+	if b.src.Options[zoop.OptionAuth] == zoop.AuthQuery {
+		param := cmp.Or(b.src.Options[zoop.OptionQueryParam], zoop.DefaultQueryParam)
+		req.RawQuery = url.Values{param: {b.secret}}.Encode()
+	} else {
+		h.Set(zoop.HeaderAuthorization, zoop.Sign(b.secret))
+	}
+	return req, nil
 }

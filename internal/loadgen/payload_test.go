@@ -47,6 +47,14 @@ sources:
   - name: mp
     driver: mercadopago
     secrets: ["mp-webhook-secret-8e1f"]
+  - name: zp
+    driver: zoop
+    secrets: ["paystream:zoop-webhook-password-5d2c"]
+    options: {marketplace_id: 3249465a7753536b62545a6a684b0000}
+  - name: zpq
+    driver: zoop
+    secrets: ["zoop-query-token-0123456789"]
+    options: {marketplace_id: 3249465a7753536b62545a6a684b0000, auth: query, query_param: t}
 `
 
 func testSources(t *testing.T) []Source {
@@ -103,6 +111,7 @@ var wantStatuses = map[string][]payment.Status{
 	"asaas":            {payment.StatusPending, payment.StatusPaid, payment.StatusPaid, payment.StatusPaid},
 	"pagbank":          {payment.StatusPending, payment.StatusPaid, payment.StatusPartiallyRefunded, payment.StatusPartiallyRefunded},
 	"mercadopago":      {payment.StatusPending, "", "", ""},
+	"zoop":             {payment.StatusPending, payment.StatusPaid, "", ""},
 }
 
 // TestBuildVerifiesAndParses: for every supported driver, each step of a
@@ -219,7 +228,7 @@ func TestNewBuilderErrors(t *testing.T) {
 		{"public key only", Source{Name: "a", Driver: "standardwebhooks", Secrets: []string{"whpk_11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo="}}, "cannot sign"},
 		{"hmac without header", Source{Name: "a", Driver: "hmac", Secrets: []string{"s"}}, "header"},
 		{"hmac bad encoding", Source{Name: "a", Driver: "hmac", Secrets: []string{"s"}, Options: map[string]string{"header": "X-Sig", "encoding": "base32"}}, "base32"},
-		{"unknown driver", Source{Name: "a", Driver: "zoop", Secrets: []string{"s"}}, "not supported"},
+		{"unknown driver", Source{Name: "a", Driver: "paypal", Secrets: []string{"s"}}, "not supported"},
 	}
 	for _, tc := range cases {
 		_, err := NewBuilder(tc.src, "r", 1)
@@ -239,7 +248,7 @@ func TestParseSourcesKeepsOrderAndOptions(t *testing.T) {
 	for _, s := range srcs {
 		names = append(names, s.Name)
 	}
-	if want := []string{"sw", "st", "hm", "hm64", "pm", "as", "pb", "mp"}; !slices.Equal(names, want) {
+	if want := []string{"sw", "st", "hm", "hm64", "pm", "as", "pb", "mp", "zp", "zpq"}; !slices.Equal(names, want) {
 		t.Errorf("names = %v, want %v (file order)", names, want)
 	}
 	if got := srcs[2].Options["id_header"]; got != "X-GitHub-Delivery" {

@@ -135,3 +135,13 @@ type Refetcher interface {
 	// ErrUnprocessable when the answer is well-formed but unusable.
 	ParseRefetch(body []byte) ([]payment.Fact, error)
 }
+
+// RefetchChecker is implemented by Refetchers whose API answers name the
+// payment they describe: ParseRefetchFor is ParseRefetch that also refuses
+// (as unprocessable) an answer about any payment other than paymentID, the
+// id the request asked for, so a misrouting proxy, a wrongly keyed cache or
+// an API bug cannot move another payment's money. The processor prefers it
+// to ParseRefetch when a driver has it.
+type RefetchChecker interface {
+	ParseRefetchFor(paymentID string, body []byte) ([]payment.Fact, error)
+}

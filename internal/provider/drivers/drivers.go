@@ -12,6 +12,7 @@ import (
 	"github.com/paystream/paystream/internal/provider/pagbank"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/provider/stripe"
+	"github.com/paystream/paystream/internal/provider/zoop"
 )
 
 // Factories returns a new map from driver name, as written in the sources
@@ -25,5 +26,6 @@ func Factories() map[string]provider.Factory {
 		"asaas":            asaas.New,
 		"mercadopago":      mercadopago.New,
 		"pagbank":          pagbank.New,
+		"zoop":             zoop.New,
 	}
 }

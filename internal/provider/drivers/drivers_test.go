@@ -10,7 +10,7 @@ import (
 
 func TestFactories(t *testing.T) {
 	t.Parallel()
-	want := []string{"asaas", "hmac", "mercadopago", "pagarme", "pagbank", "standardwebhooks", "stripe"}
+	want := []string{"asaas", "hmac", "mercadopago", "pagarme", "pagbank", "standardwebhooks", "stripe", "zoop"}
 	f := Factories()
 	var got []string
 	for name, factory := range f {

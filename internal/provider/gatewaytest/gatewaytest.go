@@ -26,6 +26,9 @@ package gatewaytest
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -39,12 +42,14 @@ import (
 const DefaultToken = "gatewaytest-access-token"
 
 // Gateway is a running fake gateway API. Its methods are safe for concurrent
-// use. Build it with New or NewWithToken; it is closed when the test ends.
+// use. Build it with New or NewWithToken, closed when the test ends, or
+// with Serve outside a test.
 type Gateway struct {
-	t     testing.TB
-	srv   *httptest.Server
-	token string
-	done  chan struct{}
+	t         testing.TB // nil when started by Serve
+	srv       *httptest.Server
+	token     string
+	done      chan struct{}
+	closeOnce sync.Once
 
 	mu         sync.Mutex
 	payments   map[string][]byte
@@ -67,26 +72,55 @@ func NewWithToken(t testing.TB, token string) *Gateway {
 	if token == "" {
 		t.Fatal("gatewaytest: empty token")
 	}
-	g := &Gateway{
+	g := newGateway(t, token)
+	g.srv = httptest.NewServer(g.handler())
+	t.Cleanup(g.Close)
+	return g
+}
+
+// Serve starts a gateway expecting token on ln, outside a test (paystream
+// simulate serves one to the pipeline it drives); Close stops it. Without
+// a test to fail, SetPayment panics on a body it cannot encode.
+func Serve(ln net.Listener, token string) (*Gateway, error) {
+	if token == "" {
+		return nil, errors.New("gatewaytest: empty token")
+	}
+	g := newGateway(nil, token)
+	g.srv = httptest.NewUnstartedServer(g.handler())
+	g.srv.Listener.Close()
+	g.srv.Listener = ln
+	g.srv.Start()
+	return g, nil
+}
+
+// Close stops the gateway, dropping the connections it serves. New and
+// NewWithToken's gateways are closed when their test ends.
+func (g *Gateway) Close() {
+	g.closeOnce.Do(func() {
+		close(g.done)
+		g.srv.CloseClientConnections()
+		g.srv.Close()
+	})
+}
+
+func newGateway(t testing.TB, token string) *Gateway {
+	return &Gateway{
 		t:        t,
 		token:    token,
 		done:     make(chan struct{}),
 		payments: map[string][]byte{},
 		perID:    map[string]int{},
 	}
+}
+
+func (g *Gateway) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/payments/{id}", g.payment)
 	mux.HandleFunc("GET /payments/{id}", g.payment)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError("resource not found", "not_found", http.StatusNotFound))
 	})
-	g.srv = httptest.NewServer(g.front(mux))
-	t.Cleanup(func() {
-		close(g.done)
-		g.srv.CloseClientConnections()
-		g.srv.Close()
-	})
-	return g
+	return g.front(mux)
 }
 
 // URL is the gateway's base URL (http://127.0.0.1:port, no trailing
@@ -106,7 +140,9 @@ func (g *Gateway) Client() *http.Client { return g.srv.Client() }
 // map…). Call it from the test's goroutine: it fails the test when body
 // cannot be encoded.
 func (g *Gateway) SetPayment(id string, body any) {
-	g.t.Helper()
+	if g.t != nil {
+		g.t.Helper()
+	}
 	var b []byte
 	switch v := body.(type) {
 	case []byte:
@@ -118,6 +154,9 @@ func (g *Gateway) SetPayment(id string, body any) {
 	default:
 		var err error
 		if b, err = json.Marshal(body); err != nil {
+			if g.t == nil {
+				panic(fmt.Sprintf("gatewaytest: SetPayment(%q): %v", id, err))
+			}
 			g.t.Fatalf("gatewaytest: SetPayment(%q): %v", id, err)
 		}
 	}
