@@ -42,6 +42,7 @@ type cli struct {
 	Reconcile reconcileCmd `cmd:"" help:"Check ledger against payment state, waiting payments, state events on the topic and the DLQ; exit 3 on drift."`
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show and replay dead-lettered webhooks (the DLQ topic)."`
 	Tail      tailCmd      `cmd:"" help:"Print the payment-state topic as it grows (read_committed), for people and scripts."`
+	Simulate  simulateCmd  `cmd:"" help:"Simulate every gateway's payment histories against a running paystream and, with --verify, check the invariants I1–I10."`
 	Version   versionCmd   `cmd:"" help:"Print the version."`
 }
 

@@ -1,0 +1,471 @@
+package simulate
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/paystream/paystream/internal/ledger"
+	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/provider/drivers"
+	"github.com/paystream/paystream/internal/provider/mercadopago"
+	"github.com/paystream/paystream/internal/provider/standardwebhooks"
+	"github.com/paystream/paystream/internal/source"
+)
+
+// testGatewayToken is the fake gateway API's token in these tests.
+const testGatewayToken = "simulate-test-api-token"
+
+// sourcesYAML is a sources file with one source per driver the simulator
+// speaks; the Mercado Pago source refetches from gatewayAddr.
+func sourcesYAML(gatewayAddr string) string {
+	return fmt.Sprintf(`sources:
+  - name: sw
+    driver: standardwebhooks
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - name: st
+    driver: stripe
+    secrets: ["whsec_simulate_stripe_5n3Kq8vT"]
+  - name: hm
+    driver: hmac
+    secrets: ["simulate-hmac-secret-2c9e"]
+    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery}
+  - name: pm
+    driver: pagarme
+    secrets: ["sk_test_simulate_pagarme_4471"]
+  - name: as
+    driver: asaas
+    secrets: ["simulate-asaas-token-7e21"]
+  - name: pb
+    driver: pagbank
+    secrets: ["SIMULATE-PAGBANK-TOKEN-0A1B2C3D"]
+  - name: mp
+    driver: mercadopago
+    secrets: ["simulate-mp-secret-93f0"]
+    api_token: %s
+    api_base_url: http://%s
+    refetch_rate: 1000
+`, testGatewayToken, gatewayAddr)
+}
+
+// writeSources writes sourcesYAML to a file and returns its path and a
+// listener for the fake gateway API on the address it names.
+func writeSources(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	if err := os.WriteFile(path, []byte(sourcesYAML(ln.Addr().String())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path, ln
+}
+
+// wantStatus is the status a step's webhook must assert.
+func wantStatus(h *History, s Step) payment.Status {
+	switch s.Kind {
+	case KindCreated:
+		return payment.StatusPending
+	case KindAuthorized:
+		return payment.StatusAuthorized
+	case KindPaid:
+		return payment.StatusPaid
+	case KindFailed:
+		return payment.StatusFailed
+	case KindCanceled:
+		return payment.StatusCanceled
+	case KindRefund:
+		if s.RefundedMinor == h.AmountMinor && (h.Driver == "standardwebhooks" || h.Driver == "hmac" || h.Driver == "pagarme") {
+			return payment.StatusRefunded
+		}
+		return payment.StatusPartiallyRefunded
+	case KindFullRefund:
+		return payment.StatusRefunded
+	case KindDisputed:
+		return payment.StatusDisputed
+	case KindDisputeWon:
+		return payment.StatusDisputeWon
+	case KindDisputeLost:
+		return payment.StatusDisputeLost
+	}
+	return ""
+}
+
+// TestEveryWebhookIsAuthenticAndSaysItsStep builds every shape of history
+// for every driver and hands each webhook to the driver ingest runs: it
+// must verify (signed as the gateway signs), parse, and assert the step's
+// fact (status, amount, refund id). Mercado Pago's bodies assert nothing
+// (they are refetched), so its gateway API answers are checked instead:
+// the facts they give, replayed through the payment machine, must end as
+// the oracle's model says. For every other driver the webhooks' facts are
+// replayed the same way, in order and in a few shuffled orders.
+func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
+	raw := []byte(sourcesYAML("127.0.0.1:9"))
+	srcs, err := loadgen.ParseSources(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, err := source.Parse(raw, drivers.Factories())
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := RunIDs{Run: "t3st", RunNum: 4242}
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := time.Now()
+	for _, src := range srcs {
+		prof := profiles[src.Driver]
+		sg, err := newSigner(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		drv := built[src.Name].Driver
+		for p, shape := range prof.shapes {
+			t.Run(src.Driver+"/"+string(shape), func(t *testing.T) {
+				amount := drawAmount(rng)
+				h := History{Source: src.Name, Driver: src.Driver, PaymentID: prof.paymentID(x, p), Shape: shape, AmountMinor: amount,
+					Steps: generateSteps(rng, shape, amount, now.Add(-time.Hour), func(n int) string { return prof.refundID(x, p, n) }, prof.echoes)}
+				if err := h.validate(); err != nil {
+					t.Fatal(err)
+				}
+				var facts []payment.Fact
+				for i, st := range h.Steps {
+					req, err := prof.build(sg, &h, i, prof.eventID(x, p, i), now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					q, err := url.ParseQuery(req.RawQuery)
+					if err != nil {
+						t.Fatal(err)
+					}
+					preq := &provider.Request{Header: req.Header, Query: q, Body: req.Body, Now: now}
+					if err := drv.Verify(preq); err != nil {
+						t.Fatalf("step %d (%s): verify: %v", i, st.Kind, err)
+					}
+					ev, err := drv.Parse(preq)
+					if err != nil {
+						t.Fatalf("step %d (%s): parse: %v\n%s", i, st.Kind, err, req.Body)
+					}
+					if ev.PaymentID != h.PaymentID {
+						t.Errorf("step %d: payment %q, want %q", i, ev.PaymentID, h.PaymentID)
+					}
+					if src.Driver == "mercadopago" {
+						continue
+					}
+					f := ev.Fact
+					if f.Status != wantStatus(&h, st) {
+						t.Errorf("step %d (%s): status %q, want %q\n%s", i, st.Kind, f.Status, wantStatus(&h, st), req.Body)
+					}
+					if st.Kind == KindRefund && (f.RefundID != st.RefundID || f.AmountMinor != st.AmountMinor) {
+						t.Errorf("step %d: refund %q of %d, want %q of %d", i, f.RefundID, f.AmountMinor, st.RefundID, st.AmountMinor)
+					}
+					if (st.Kind == KindPaid || st.Kind == KindDisputed) && f.AmountMinor != st.AmountMinor {
+						t.Errorf("step %d (%s): amount %d, want %d", i, st.Kind, f.AmountMinor, st.AmountMinor)
+					}
+					if ev.NeedsRefetch {
+						t.Errorf("step %d (%s): needs a refetch the driver cannot do", i, st.Kind)
+					}
+					facts = append(facts, f)
+				}
+				if src.Driver == "mercadopago" {
+					body, err := mercadoPagoGateway(&h, len(h.Steps)-1)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if facts, err = drv.(*mercadopago.Driver).ParseRefetch(body); err != nil {
+						t.Fatalf("refetch answer: %v\n%s", err, body)
+					}
+				}
+				want := Expect(h.Steps)
+				for round := range 4 {
+					order := slices.Clone(facts)
+					if round > 0 {
+						rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+					}
+					got := payment.Machine{}.Replay(payment.State{}, order).State
+					if string(got.Status) != want.Status {
+						t.Errorf("order %d: the machine ends %s, the model %s", round, got.Status, want.Status)
+					}
+					if b := balances(got.Balances()); !equalBalances(b, want.Balances) {
+						t.Errorf("order %d: the machine's ledger %v, the model's %v", round, b, want.Balances)
+					}
+				}
+			})
+		}
+	}
+}
+
+func balances(m map[ledger.Key]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range m {
+		if v != 0 {
+			out[k.Account] = v
+		}
+	}
+	return out
+}
+
+func equalBalances(a, b map[string]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestGenericGatewayAnswersReplayToTheModel: the generic refetch answers
+// (standardwebhooks sources with refetch: true) give facts that end as the
+// model says, at every step of every shape.
+func TestGenericGatewayAnswersReplayToTheModel(t *testing.T) {
+	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for p, shape := range allShapes {
+		h := History{Driver: "standardwebhooks", PaymentID: fmt.Sprintf("pay_%d", p), Shape: shape, AmountMinor: drawAmount(rng)}
+		h.Steps = generateSteps(rng, shape, h.AmountMinor, time.Now().Add(-time.Hour), func(n int) string { return fmt.Sprintf("rf_%d_%d", p, n) }, nil)
+		for upto := range h.Steps {
+			body, err := genericGateway(&h, upto)
+			if err != nil {
+				t.Fatal(err)
+			}
+			facts, err := drv.(provider.Refetcher).ParseRefetch(body)
+			if err != nil {
+				t.Fatalf("%s step %d: %v\n%s", shape, upto, err, body)
+			}
+			got := payment.Machine{}.Replay(payment.State{}, facts).State
+			if want := Expect(h.Steps[:upto+1]); string(got.Status) != want.Status || !equalBalances(balances(got.Balances()), want.Balances) {
+				t.Errorf("%s step %d: machine %s %v, model %s %v", shape, upto, got.Status, balances(got.Balances()), want.Status, want.Balances)
+			}
+		}
+	}
+}
+
+// TestExpect pins the model on hand-written histories, including the
+// precedence between refunds and dispute outcomes.
+func TestExpect(t *testing.T) {
+	at := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	step := func(k Kind, amt int64, id string) Step { return Step{Kind: k, AmountMinor: amt, RefundID: id, At: at} }
+	cases := []struct {
+		name   string
+		steps  []Step
+		status string
+		bal    map[string]int64
+	}{
+		{"created only", []Step{step(KindCreated, 100, "")}, "pending", map[string]int64{}},
+		{"failed", []Step{step(KindCreated, 100, ""), step(KindFailed, 100, "")}, "failed", map[string]int64{}},
+		{"paid with an echo", []Step{step(KindCreated, 100, ""), step(KindPaid, 100, ""), {Kind: KindPaid, AmountMinor: 100, Echo: true}}, "paid",
+			map[string]int64{"gateway_receivable": 100, "merchant_payable": -100}},
+		{"partial refunds", []Step{step(KindCreated, 100, ""), step(KindPaid, 100, ""), step(KindRefund, 10, "r1"), step(KindRefund, 20, "r2")}, "partially_refunded",
+			map[string]int64{"gateway_receivable": 70, "merchant_payable": -70}},
+		{"refunded by parts", []Step{step(KindCreated, 100, ""), step(KindPaid, 100, ""), step(KindRefund, 40, "r1"), step(KindRefund, 60, "r2")}, "refunded", map[string]int64{}},
+		{"full refund after a partial one", []Step{step(KindPaid, 100, ""), step(KindRefund, 40, "r1"), step(KindFullRefund, 100, "")}, "refunded", map[string]int64{}},
+		{"dispute open", []Step{step(KindPaid, 100, ""), step(KindDisputed, 100, "")}, "disputed",
+			map[string]int64{"gateway_receivable": 100, "dispute_reserve": -100}},
+		{"dispute won", []Step{step(KindPaid, 100, ""), step(KindDisputed, 100, ""), step(KindDisputeWon, 100, "")}, "dispute_won",
+			map[string]int64{"gateway_receivable": 100, "merchant_payable": -100}},
+		{"dispute lost", []Step{step(KindPaid, 100, ""), step(KindDisputed, 100, ""), step(KindDisputeLost, 100, "")}, "dispute_lost", map[string]int64{}},
+		{"won after a partial refund", []Step{step(KindPaid, 100, ""), step(KindRefund, 30, "r1"), step(KindDisputed, 70, ""), step(KindDisputeWon, 70, "")}, "partially_refunded",
+			map[string]int64{"gateway_receivable": 70, "merchant_payable": -70}},
+	}
+	for _, c := range cases {
+		got := Expect(c.steps)
+		if got.Status != c.status || !equalBalances(got.Balances, c.bal) {
+			t.Errorf("%s: %s %v, want %s %v", c.name, got.Status, got.Balances, c.status, c.bal)
+		}
+	}
+}
+
+// TestPlanAndSaveLoad: a plan sends every event once plus its duplicates,
+// reorders some steps before earlier ones of their payment, is the same
+// for the same seed, and the oracle survives Save and Load.
+func TestPlanAndSaveLoad(t *testing.T) {
+	path, ln := writeSources(t)
+	cfg := Config{SourcesFile: path, IngestURL: "http://127.0.0.1:9", Payments: 70, Duplicates: 0.2, Reorder: 0.3, Seed: 7, GatewayListener: ln}
+	s, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	o := s.Oracle()
+	drivers := map[string]int{}
+	for _, p := range o.Payments {
+		drivers[p.Driver]++
+	}
+	if len(drivers) != len(profiles) {
+		t.Errorf("payments by driver %v: want every one of the %d profiles", drivers, len(profiles))
+	}
+	count := map[int]int{}
+	for _, e := range s.plan {
+		count[e]++
+	}
+	sends := 0
+	for i, e := range o.Events {
+		if count[i] != e.Sends {
+			t.Errorf("event %d: planned %d times, Sends %d", i, count[i], e.Sends)
+		}
+		sends += e.Sends
+	}
+	dups := len(s.plan) - len(o.Events)
+	if want := loadgen.RepeatsFor(len(o.Events), 0.2); dups != want {
+		t.Errorf("%d duplicates, want %d", dups, want)
+	}
+	// Reordered: some step is first sent before an earlier step of its payment.
+	firstAt := map[[2]int]int{}
+	for k, e := range s.plan {
+		ev := o.Events[e]
+		if _, ok := firstAt[[2]int{ev.Payment, ev.Step}]; !ok {
+			firstAt[[2]int{ev.Payment, ev.Step}] = k
+		}
+	}
+	inversions := 0
+	for key, k := range firstAt {
+		if key[1] > 0 && firstAt[[2]int{key[0], key[1] - 1}] > k {
+			inversions++
+		}
+	}
+	if inversions == 0 {
+		t.Error("no step sent before its predecessor with Reorder 0.3")
+	}
+	t.Logf("%d payments, %d events, %d sends, %d inversions, drivers %v", len(o.Payments), len(o.Events), sends, inversions, drivers)
+
+	s.Close() // frees the gateway's listener for the next one
+	ln2, err := net.Listen("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.GatewayListener = ln2
+	again, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+	if !slices.Equal(again.plan, s.plan) || again.Oracle().IDs != o.IDs {
+		t.Error("the same seed gave another plan")
+	}
+
+	file := filepath.Join(t.TempDir(), "oracle.json")
+	o.Events[0].Acks = 3
+	if err := o.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := Load(file, Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo := loaded.Oracle()
+	if len(lo.Payments) != len(o.Payments) || len(lo.Events) != len(o.Events) || lo.Events[0].Acks != 3 ||
+		lo.Payments[5].Expected.Status != o.Payments[5].Expected.Status || !slices.Equal(lo.Payments[5].Steps, o.Payments[5].Steps) {
+		t.Error("the loaded oracle differs from the saved one")
+	}
+	if _, err := loaded.Deliver(context.Background(), nil); err == nil {
+		t.Error("a loaded simulation delivered")
+	}
+}
+
+// TestDeliverRetriesUntilAcknowledged: against a server that answers 503
+// to each webhook's first attempt and drops the connection on its second,
+// every send is retried along the ladder until a 2xx, and the oracle
+// records each acknowledgement; against one that always answers 500, every
+// send is given up after the ladder.
+func TestDeliverRetriesUntilAcknowledged(t *testing.T) {
+	path, ln := writeSources(t)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A webhook's body is the same on every attempt; its signature
+		// headers are not.
+		body, _ := io.ReadAll(r.Body)
+		key := r.URL.Path + " " + string(body)
+		mu.Lock()
+		seen[key]++
+		n := seen[key]
+		mu.Unlock()
+		switch n % 3 {
+		case 1:
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 2:
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close()
+					return
+				}
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		default:
+			w.WriteHeader(http.StatusOK)
+		}
+	}))
+	defer srv.Close()
+	// Four retries: a duplicate send of the same webhook in flight at the
+	// same time can take the other's 200.
+	ladder := []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond, time.Millisecond}
+	s, err := New(Config{SourcesFile: path, IngestURL: srv.URL, Payments: 30, Duplicates: 0.1, Seed: 11, GatewayListener: ln,
+		RetryLadder: ladder, Concurrency: 4, ProgressInterval: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var last Progress
+	calls := 0
+	stats, err := s.Deliver(context.Background(), func(p Progress) { last = p; calls++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !last.Final || last.Acked != stats.Planned || last.Total != stats.Planned {
+		t.Errorf("last progress %+v, planned %d", last, stats.Planned)
+	}
+	if stats.OK != stats.Planned || stats.GivenUp != 0 || stats.Status503 != stats.Planned || stats.Attempts != 3*stats.Planned || stats.NetErrors != stats.Planned {
+		t.Errorf("stats %+v", stats)
+	}
+	for _, e := range s.Oracle().Events {
+		if e.Acks != e.Sends || e.Attempts != 3*e.Sends {
+			t.Errorf("event %s: %d sends, %d acks, %d attempts", e.EventID, e.Sends, e.Acks, e.Attempts)
+		}
+	}
+	t.Logf("%d progress calls; stats %+v", calls, stats)
+
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	defer down.Close()
+	s.Close()
+	ln2, err := net.Listen("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(Config{SourcesFile: path, IngestURL: down.URL, Payments: 10, Seed: 12, GatewayListener: ln2, RetryLadder: ladder[:1]}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	stats, err = s2.Deliver(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.GivenUp != stats.Planned || stats.OK != 0 || stats.Attempts != 2*stats.Planned || stats.Status5xx != stats.Attempts {
+		t.Errorf("stats against a failing target %+v", stats)
+	}
+	if c := s2.Oracle().complete(); slices.Contains(c, true) {
+		t.Error("a payment whose webhooks were never acknowledged counts as complete")
+	}
+}
