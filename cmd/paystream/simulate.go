@@ -34,7 +34,7 @@ type simulateCmd struct {
 	Timeout       time.Duration   `help:"Per-request timeout." default:"10s"`
 	Seed          int64           `help:"Seed of the histories and the plan (0: random; the report prints the one used)."`
 	Driver        []string        `help:"Simulate only the sources of these drivers (repeatable or comma-separated). Defaults to every source the simulator can drive." placeholder:"NAME"`
-	GatewayListen string          `help:"Address of the fake gateway API for refetching sources (Mercado Pago, refetch: true); their api_base_url must point at it." placeholder:"HOST:PORT" env:"PAYSTREAM_SIMULATE_GATEWAY"`
+	GatewayListen string          `help:"Address of the fake gateway API for refetching sources (Mercado Pago, Zoop, refetch: true); their api_base_url must point at it." placeholder:"HOST:PORT" env:"PAYSTREAM_SIMULATE_GATEWAY"`
 	Poison        int             `help:"Plant this many unprocessable records on the raw topic halfway through (I10). Needs --kafka-brokers." placeholder:"N"`
 	Verify        bool            `help:"After delivering, wait for the backlog to drain and check the invariants I1–I10; exit 3 on a violation. Needs --database-url and --kafka-brokers."`
 	VerifyOnly    bool            `help:"Do not deliver: load --oracle and verify it."`
@@ -53,7 +53,7 @@ func (c *simulateCmd) Help() string {
 histories (created, authorized, paid, failed, canceled, partial and full refunds, disputes
 won and lost), each webhook signed as its gateway signs it, delivered at least once with
 duplicates, reordering, delays and a retry ladder on anything but a 2xx. Sources that refetch
-(Mercado Pago) read the payments from a fake gateway API the command serves on
+(Mercado Pago, Zoop) read the payments from a fake gateway API the command serves on
 --gateway-listen. An oracle keeps each payment's true final state and ledger.
 
 With --verify it then waits for the pipeline to drain, compares the database and the state

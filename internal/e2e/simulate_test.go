@@ -24,8 +24,8 @@ import (
 
 // simPipeline is ingest, processor and sink in the test process, on the
 // test's schema and topics, with one source per driver the simulator
-// speaks; the Mercado Pago source refetches from the simulation's fake
-// gateway API.
+// speaks; the Mercado Pago and Zoop sources refetch from the simulation's
+// fake gateway API.
 type simPipeline struct {
 	db          *testenv.DB
 	brokers     []string
@@ -36,7 +36,14 @@ type simPipeline struct {
 	gateway     net.Listener
 }
 
-const simGatewayToken = "e2e-simulate-api-token"
+// The fake gateway API's credentials: the generic API's token (Mercado
+// Pago), and the zoop source's marketplace, API key and webhook credential.
+const (
+	simGatewayToken    = "e2e-simulate-api-token"
+	simZoopMarketplace = "5a1e0c0de2e0000000000000000e2e01"
+	simZoopKey         = "zpk_e2e_simulate_key_0123456789"
+	simZoopCredential  = "paystream:e2e-zoop-webhook-pass-9b1d"
+)
 
 func setupSimPipeline(t *testing.T) *simPipeline {
 	t.Helper()
@@ -52,7 +59,9 @@ func setupSimPipeline(t *testing.T) *simPipeline {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.gateway.Close() })
-	yaml := badInputSourcesYAML() + fmt.Sprintf("    api_token: %s\n    api_base_url: http://%s\n    refetch_rate: 1000\n", simGatewayToken, p.gateway.Addr())
+	yaml := badInputSourcesYAML() + fmt.Sprintf("    api_token: %s\n    api_base_url: http://%s\n    refetch_rate: 1000\n", simGatewayToken, p.gateway.Addr()) +
+		fmt.Sprintf("  - name: zp\n    driver: zoop\n    account: %s\n    secrets: [%q]\n    api_token: %s\n    api_base_url: http://%s\n    refetch_rate: 1000\n",
+			simZoopMarketplace, simZoopCredential, simZoopKey, p.gateway.Addr())
 	p.sourcesFile = filepath.Join(t.TempDir(), "sources.yaml")
 	if err := os.WriteFile(p.sourcesFile, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
@@ -117,9 +126,9 @@ func logReport(t *testing.T, rep simulate.Report) {
 
 // TestSimulateVerifiesAHealthyPipelineAndCatchesTampering: about 2,000
 // webhooks of every driver (all shapes of history each can tell, 15 %
-// duplicates, a quarter reordered, Mercado Pago's refetched from the fake
-// gateway API) and three poison records go through a healthy pipeline, and
-// Verify finds every invariant holds. Then faults are planted one at a
+// duplicates, a quarter reordered, Mercado Pago's and Zoop's refetched
+// from the fake gateway API) and three poison records go through a
+// healthy pipeline, and Verify finds every invariant holds. Then faults are planted one at a
 // time in what the pipeline wrote, and Verify must name the invariant each
 // breaks: a refund applied twice (I2), a ledger movement off by one (I7),
 // a transition rolled back after its event was published (I8), a delivery
@@ -138,6 +147,14 @@ func TestSimulateVerifiesAHealthyPipelineAndCatchesTampering(t *testing.T) {
 		stats.NetErrors, stats.GivenUp, stats.P50, stats.P99)
 	if stats.Planned < 2000 {
 		t.Errorf("only %d deliveries planned", stats.Planned)
+	}
+	perDriver := map[string]int{}
+	for _, op := range sim.Oracle().Payments {
+		perDriver[op.Driver]++
+	}
+	t.Logf("payments by driver %v", perDriver)
+	if perDriver["zoop"] == 0 || perDriver["mercadopago"] == 0 {
+		t.Errorf("payments by driver %v: want the refetching drivers among them", perDriver)
 	}
 	rep, err := sim.Verify(ctx, p.target())
 	if err != nil {

@@ -124,10 +124,10 @@ var profiles = map[string]profile{
 	},
 	"mercadopago": {
 		// Every event is refetched: the gateway API tells the history.
-		shapes:    allShapes,
-		paymentID: func(x RunIDs, p int) string { return x.numPrefix() + fmt.Sprintf("%08d", p) },
-		refundID:  func(x RunIDs, p, n int) string { return x.numPrefix() + fmt.Sprintf("%08d%d", p, n) },
-		eventID:   func(x RunIDs, p, i int) string { return x.numPrefix() + fmt.Sprintf("%08d%03d", p, i) },
+		shapes:      allShapes,
+		paymentID:   func(x RunIDs, p int) string { return x.numPrefix() + fmt.Sprintf("%08d", p) },
+		refundID:    func(x RunIDs, p, n int) string { return x.numPrefix() + fmt.Sprintf("%08d%d", p, n) },
+		eventID:     func(x RunIDs, p, i int) string { return x.numPrefix() + fmt.Sprintf("%08d%03d", p, i) },
 		build:       (*signer).mercadoPago,
 		gateway:     mercadoPagoGateway,
 		refetchOnly: true,
@@ -147,11 +147,11 @@ var profiles = map[string]profile{
 	},
 }
 
-// zoopID is a Zoop id (32 hexadecimal digits) for payment p: the run, p,
-// a tag telling transactions (0), events (1), refunds (2) and other
-// history entries (3) apart, and n.
+// zoopID is a Zoop id (32 hexadecimal digits) for payment p: the run's
+// number, p, a tag telling transactions (0), events (1), refunds (2) and
+// other history entries (3) apart, and n.
 func zoopID(x RunIDs, p int, tag, n int) string {
-	return fmt.Sprintf("%s%016x%x%07x", x.Run, p, tag, n)
+	return fmt.Sprintf("%08x%016x%x%07x", x.RunNum, p, tag, n)
 }
 
 // signer signs one source's webhooks with the driver package's own Sign
@@ -535,6 +535,9 @@ func mercadoPagoGateway(h *History, upto int, _ string) ([]byte, error) {
 // refund with the refund's id and amount. Refunded in full without ids is
 // status refunded with no void; refunded by voids, canceled and captured.
 func zoopGateway(h *History, upto int, marketplace string) ([]byte, error) {
+	if len(h.PaymentID) != 32 {
+		return nil, fmt.Errorf("zoop transaction id %q: want 32 hexadecimal digits", h.PaymentID)
+	}
 	exp := Expect(h.Steps[:upto+1])
 	amount := money.Format(h.AmountMinor, Currency)
 	created, last := h.Steps[0].At, h.Steps[upto].At
@@ -554,9 +557,6 @@ func zoopGateway(h *History, upto int, marketplace string) ([]byte, error) {
 	if marketplace != "" {
 		tx.URI = zoop.TransactionPath(marketplace, h.PaymentID)
 	}
-	if len(h.PaymentID) != 32 {
-		return nil, fmt.Errorf("zoop transaction id %q: want 32 hexadecimal digits", h.PaymentID)
-	}
 	preAuthorized := false
 	for _, s := range h.Steps[:upto+1] {
 		switch {
@@ -570,7 +570,7 @@ func zoopGateway(h *History, upto int, marketplace string) ([]byte, error) {
 			tx.History = append(tx.History, hist(entryID(2), "authorization", s.AmountMinor, s.At))
 		case s.Kind == KindRefund:
 			tx.History = append(tx.History, hist(s.RefundID, "void", s.AmountMinor, s.At))
-		case s.Kind == KindFailed, s.Kind == KindCanceled, s.Kind == KindFullRefund:
+		case s.Kind == KindCanceled, s.Kind == KindFullRefund:
 			tx.VoidedAt = gatewaytest.ZoopTime(s.At)
 		}
 	}
@@ -580,7 +580,7 @@ func zoopGateway(h *History, upto int, marketplace string) ([]byte, error) {
 	case "authorized":
 		tx.Status = "pre_authorized"
 	case "failed":
-		tx.Status, tx.VoidedAt = "failed", ""
+		tx.Status = "failed"
 	case "canceled":
 		tx.Status, tx.Voided = "canceled", true
 	default: // captured

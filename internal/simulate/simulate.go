@@ -28,7 +28,6 @@ import (
 	"github.com/paystream/paystream/internal/loadgen"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/drivers"
-	"github.com/paystream/paystream/internal/provider/gatewaytest"
 	"github.com/paystream/paystream/internal/source"
 )
 
@@ -112,10 +111,11 @@ type Simulation struct {
 	plan    []int              // event indexes, in send order
 	loaded  bool               // from Load: can Verify, not Deliver
 
-	gw        *gatewaytest.Gateway
+	api       *gatewayAPI // nil when no chosen source refetches
 	gwMu      sync.Mutex
-	exposed   []int // per payment, the last step the gateway shows; -1 none
-	refetch   map[string]bool
+	exposed   []int             // per payment, the last step the gateway shows; -1 none
+	refetch   map[string]bool   // by source name
+	scope     map[string]string // by source name: a zoop source's marketplace
 	delivered atomic.Bool
 }
 
@@ -199,8 +199,8 @@ func Load(path string, cfg Config, log *slog.Logger) (*Simulation, error) {
 // Close stops the fake gateway API, if any, and the Sampler if it still
 // runs.
 func (s *Simulation) Close() {
-	if s.gw != nil {
-		s.gw.Close()
+	if s.api != nil {
+		s.api.close()
 	}
 	s.FinishSampling()
 }
@@ -227,10 +227,10 @@ func (s *Simulation) FinishSampling() {
 
 // GatewayURL is the fake gateway API's base URL, "" when none runs.
 func (s *Simulation) GatewayURL() string {
-	if s.gw == nil {
+	if s.api == nil {
 		return ""
 	}
-	return s.gw.URL()
+	return s.api.url
 }
 
 func (cfg *Config) check() error {
@@ -311,7 +311,7 @@ func chooseSources(want []string, srcs []loadgen.Source, built map[string]*sourc
 		why := ""
 		if _, ok := profiles[src.Driver]; !ok {
 			why = "the simulator has no profile for its driver"
-		} else if src.Driver == "mercadopago" && built[src.Name].Refetch == nil {
+		} else if profiles[src.Driver].refetchOnly && built[src.Name].Refetch == nil {
 			why = "it cannot refetch (no api_token), so its events would wait forever"
 		}
 		if why != "" {
@@ -416,27 +416,18 @@ func makePlan(cfg Config, o *Oracle) []int {
 	return plan
 }
 
-// startGateway serves the fake gateway API when a chosen source refetches.
-// final shows every payment's last step at once (Load); otherwise each
-// payment's state follows the webhooks sent.
+// startGateway serves the fake gateway API when a chosen source refetches
+// (see gatewayAPI). final shows every payment's last step at once (Load);
+// otherwise each payment's state follows the webhooks sent.
 func (s *Simulation) startGateway(built map[string]*source.Source, final bool) error {
-	token := ""
-	for name, refetch := range s.refetch {
-		if !refetch {
-			continue
-		}
-		rc := built[name].Refetch
-		if profiles[built[name].DriverName].gateway == nil {
-			return fmt.Errorf("source %s refetches, but the simulator has no gateway API for driver %s", name, built[name].DriverName)
-		}
-		if token != "" && rc.Token != token {
-			return errors.New("the refetching sources have different api_token values: the fake gateway API serves one")
-		}
-		token = rc.Token
+	n, err := needs(built, s.refetch)
+	if err != nil {
+		return err
 	}
-	if token == "" {
+	if !n.refetches {
 		return nil
 	}
+	s.scope = n.scopes
 	ln := s.cfg.GatewayListener
 	if ln == nil {
 		if s.cfg.GatewayListen == "" {
@@ -457,12 +448,11 @@ func (s *Simulation) startGateway(built map[string]*source.Source, final bool) e
 			return fmt.Errorf("source %s: api_base_url %q does not point at the fake gateway API on %s", name, built[name].Refetch.BaseURL, ln.Addr())
 		}
 	}
-	gw, err := gatewaytest.Serve(ln, token)
+	api, err := serveGateway(ln, n)
 	if err != nil {
-		ln.Close()
 		return fmt.Errorf("fake gateway API: %w", err)
 	}
-	s.gw = gw
+	s.api = api
 	s.exposed = make([]int, len(s.oracle.Payments))
 	for p := range s.exposed {
 		s.exposed[p] = -1
@@ -474,7 +464,7 @@ func (s *Simulation) startGateway(built map[string]*source.Source, final bool) e
 			}
 		}
 	}
-	s.log.Info("simulate: fake gateway API serving", "url", gw.URL())
+	s.log.Info("simulate: fake gateway API serving", "url", api.url, "zoop_marketplaces", api.marketplaces())
 	return nil
 }
 
@@ -482,7 +472,7 @@ func (s *Simulation) startGateway(built map[string]*source.Source, final bool) e
 // already shows a later one.
 func (s *Simulation) expose(p, step int) error {
 	op := s.oracle.Payments[p]
-	if s.gw == nil || !s.refetch[op.Source] {
+	if s.api == nil || !s.refetch[op.Source] {
 		return nil
 	}
 	s.gwMu.Lock()
@@ -490,11 +480,14 @@ func (s *Simulation) expose(p, step int) error {
 	if step <= s.exposed[p] {
 		return nil
 	}
-	body, err := profiles[op.Driver].gateway(&op.History, step)
+	scope := s.scope[op.Source]
+	body, err := profiles[op.Driver].gateway(&op.History, step, scope)
 	if err != nil {
 		return err
 	}
-	s.gw.SetPayment(op.PaymentID, body)
+	if err := s.api.set(op.Driver, scope, op.PaymentID, body); err != nil {
+		return err
+	}
 	s.exposed[p] = step
 	return nil
 }

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,16 +23,21 @@ import (
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/drivers"
-	"github.com/paystream/paystream/internal/provider/mercadopago"
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/source"
 )
 
 // testGatewayToken is the fake gateway API's token in these tests.
 const testGatewayToken = "simulate-test-api-token"
 
+// testZoopMarketplace and testZoopKey are the zoop source's marketplace
+// and API key in these tests.
+const (
+	testZoopMarketplace = "3249465a7753536b62545a6a684b0000"
+	testZoopKey         = "zpk_simulate_test_key_0123456789"
+)
+
 // sourcesYAML is a sources file with one source per driver the simulator
-// speaks; the Mercado Pago source refetches from gatewayAddr.
+// speaks; the Mercado Pago and Zoop sources refetch from gatewayAddr.
 func sourcesYAML(gatewayAddr string) string {
 	return fmt.Sprintf(`sources:
   - name: sw
@@ -58,7 +65,14 @@ func sourcesYAML(gatewayAddr string) string {
     api_token: %s
     api_base_url: http://%s
     refetch_rate: 1000
-`, testGatewayToken, gatewayAddr)
+  - name: zp
+    driver: zoop
+    account: %s
+    secrets: ["simulate:zoop-webhook-password-4c1d"]
+    api_token: %s
+    api_base_url: http://%s
+    refetch_rate: 1000
+`, testGatewayToken, gatewayAddr, testZoopMarketplace, testZoopKey, gatewayAddr)
 }
 
 // writeSources writes sourcesYAML to a file and returns its path and a
@@ -110,10 +124,11 @@ func wantStatus(h *History, s Step) payment.Status {
 // TestEveryWebhookIsAuthenticAndSaysItsStep builds every shape of history
 // for every driver and hands each webhook to the driver ingest runs: it
 // must verify (signed as the gateway signs), parse, and assert the step's
-// fact (status, amount, refund id). Mercado Pago's bodies assert nothing
-// (they are refetched), so its gateway API answers are checked instead:
-// the facts they give, replayed through the payment machine, must end as
-// the oracle's model says. For every other driver the webhooks' facts are
+// fact (status, amount, refund id). Mercado Pago's and Zoop's bodies assert
+// nothing (every event is refetched, and must say so), so their gateway API
+// answers are checked instead: the facts they give (parsed as the processor
+// does, checking the answer is about the payment asked for), replayed
+// through the payment machine, must end as the oracle's model says. For every other driver the webhooks' facts are
 // replayed the same way, in order and in a few shuffled orders.
 func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
 	raw := []byte(sourcesYAML("127.0.0.1:9"))
@@ -164,7 +179,10 @@ func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
 					if ev.PaymentID != h.PaymentID {
 						t.Errorf("step %d: payment %q, want %q", i, ev.PaymentID, h.PaymentID)
 					}
-					if src.Driver == "mercadopago" {
+					if prof.refetchOnly {
+						if !ev.NeedsRefetch {
+							t.Errorf("step %d (%s): a %s event without NeedsRefetch", i, st.Kind, src.Driver)
+						}
 						continue
 					}
 					f := ev.Fact
@@ -182,12 +200,12 @@ func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
 					}
 					facts = append(facts, f)
 				}
-				if src.Driver == "mercadopago" {
-					body, err := mercadoPagoGateway(&h, len(h.Steps)-1)
+				if prof.refetchOnly {
+					body, err := prof.gateway(&h, len(h.Steps)-1, built[src.Name].Account)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if facts, err = drv.(*mercadopago.Driver).ParseRefetch(body); err != nil {
+					if facts, err = parseRefetch(drv, h.PaymentID, body); err != nil {
 						t.Fatalf("refetch answer: %v\n%s", err, body)
 					}
 				}
@@ -208,6 +226,15 @@ func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
 			})
 		}
 	}
+}
+
+// parseRefetch parses a gateway API answer for paymentID as the processor
+// does: with ParseRefetchFor when the driver checks answers' ids.
+func parseRefetch(drv provider.Driver, paymentID string, body []byte) ([]payment.Fact, error) {
+	if c, ok := drv.(provider.RefetchChecker); ok {
+		return c.ParseRefetchFor(paymentID, body)
+	}
+	return drv.(provider.Refetcher).ParseRefetch(body)
 }
 
 func balances(m map[ledger.Key]int64) map[string]int64 {
@@ -232,31 +259,208 @@ func equalBalances(a, b map[string]int64) bool {
 	return true
 }
 
-// TestGenericGatewayAnswersReplayToTheModel: the generic refetch answers
-// (standardwebhooks sources with refetch: true) give facts that end as the
-// model says, at every step of every shape.
-func TestGenericGatewayAnswersReplayToTheModel(t *testing.T) {
-	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
+// TestGatewayAnswersReplayToTheModel: the fake gateway API's answers of
+// every refetching driver — the generic refetch convention (standardwebhooks
+// sources with refetch: true), Mercado Pago's payment, Zoop's transaction —
+// give facts that end as the model says, at every step of every shape the
+// driver tells, parsed as the processor parses them (checking the answer
+// is about the payment asked for). An answer about the payment is refused
+// for any other.
+func TestGatewayAnswersReplayToTheModel(t *testing.T) {
+	build := func(name string, cfg provider.Config) provider.Driver {
+		t.Helper()
+		d, err := drivers.Factories()[name](cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	cases := []struct {
+		driver string
+		drv    provider.Driver
+		scope  string
+	}{
+		{"standardwebhooks", build("standardwebhooks", provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Refetch: true}), ""},
+		{"mercadopago", build("mercadopago", provider.Config{Secrets: []string{"simulate-mp-secret-93f0"}}), ""},
+		{"zoop", build("zoop", provider.Config{Secrets: []string{"simulate:zoop-webhook-password-4c1d"}, Account: testZoopMarketplace}), testZoopMarketplace},
+	}
+	x := RunIDs{Run: "a1b2c3d4", RunNum: 77}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, c := range cases {
+		prof := profiles[c.driver]
+		for p, shape := range prof.shapes {
+			h := History{Driver: c.driver, PaymentID: prof.paymentID(x, p), Shape: shape, AmountMinor: drawAmount(rng)}
+			h.Steps = generateSteps(rng, shape, h.AmountMinor, time.Now().Add(-time.Hour), func(n int) string { return prof.refundID(x, p, n) }, prof.echoes)
+			for upto := range h.Steps {
+				body, err := prof.gateway(&h, upto, c.scope)
+				if err != nil {
+					t.Fatal(err)
+				}
+				facts, err := parseRefetch(c.drv, h.PaymentID, body)
+				if err != nil {
+					t.Fatalf("%s %s step %d: %v\n%s", c.driver, shape, upto, err, body)
+				}
+				got := payment.Machine{}.Replay(payment.State{}, facts).State
+				if want := Expect(h.Steps[:upto+1]); string(got.Status) != want.Status || !equalBalances(balances(got.Balances()), want.Balances) {
+					t.Errorf("%s %s step %d: machine %s %v, model %s %v", c.driver, shape, upto, got.Status, balances(got.Balances()), want.Status, want.Balances)
+				}
+				if _, ok := c.drv.(provider.RefetchChecker); ok {
+					if _, err := parseRefetch(c.drv, prof.paymentID(x, p+100), body); !errors.Is(err, provider.ErrUnprocessable) {
+						t.Errorf("%s %s step %d: an answer about %s parsed for another payment: %v", c.driver, shape, upto, h.PaymentID, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestGatewayServesEveryRefetchingSource: with a Mercado Pago and a Zoop
+// source refetching from one address, the simulation's fake gateway API
+// answers each source's own refetch request (built by the source, with its
+// credential and path) with the payment as far as the webhooks sent so far
+// went, and, loaded from a saved oracle, with every payment's final state.
+func TestGatewayServesEveryRefetchingSource(t *testing.T) {
+	path, ln := writeSources(t)
+	cfg := Config{SourcesFile: path, IngestURL: "http://127.0.0.1:9", Payments: 40, Seed: 5, GatewayListener: ln, Drivers: []string{"mercadopago", "zoop"}}
+	s, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	for p, shape := range allShapes {
-		h := History{Driver: "standardwebhooks", PaymentID: fmt.Sprintf("pay_%d", p), Shape: shape, AmountMinor: drawAmount(rng)}
-		h.Steps = generateSteps(rng, shape, h.AmountMinor, time.Now().Add(-time.Hour), func(n int) string { return fmt.Sprintf("rf_%d_%d", p, n) }, nil)
-		for upto := range h.Steps {
-			body, err := genericGateway(&h, upto)
-			if err != nil {
-				t.Fatal(err)
-			}
-			facts, err := drv.(provider.Refetcher).ParseRefetch(body)
-			if err != nil {
-				t.Fatalf("%s step %d: %v\n%s", shape, upto, err, body)
-			}
-			got := payment.Machine{}.Replay(payment.State{}, facts).State
-			if want := Expect(h.Steps[:upto+1]); string(got.Status) != want.Status || !equalBalances(balances(got.Balances()), want.Balances) {
-				t.Errorf("%s step %d: machine %s %v, model %s %v", shape, upto, got.Status, balances(got.Balances()), want.Status, want.Balances)
-			}
+	defer s.Close()
+	if s.GatewayURL() != "http://"+ln.Addr().String() {
+		t.Errorf("gateway URL %s, want the listener's address %s", s.GatewayURL(), ln.Addr())
+	}
+	_, built, err := readSources(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// refetch asks the API for payment p as the processor would, and wants
+	// the model's state as of step upto.
+	refetch := func(o *Oracle, p, upto int) {
+		t.Helper()
+		op := o.Payments[p]
+		src := built[op.Source]
+		req, err := src.Refetch.Request(ctx, op.PaymentID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d %v %s", op.Driver, op.PaymentID, resp.StatusCode, err, body)
+		}
+		facts, err := parseRefetch(src.Driver, op.PaymentID, body)
+		if err != nil {
+			t.Fatalf("%s %s: %v", op.Driver, op.PaymentID, err)
+		}
+		got := payment.Machine{}.Replay(payment.State{}, facts).State
+		if want := Expect(op.Steps[:upto+1]); string(got.Status) != want.Status {
+			t.Errorf("%s %s as of step %d: %s, want %s", op.Driver, op.PaymentID, upto, got.Status, want.Status)
+		}
+	}
+	perDriver := map[string]int{}
+	for p, op := range s.Oracle().Payments {
+		perDriver[op.Driver]++
+		upto := len(op.Steps) / 2
+		if err := s.expose(p, upto); err != nil {
+			t.Fatal(err)
+		}
+		refetch(s.Oracle(), p, upto)
+	}
+	if perDriver["mercadopago"] == 0 || perDriver["zoop"] == 0 {
+		t.Fatalf("payments by driver %v: want both", perDriver)
+	}
+	// Unknown payments are 404s, as the real APIs answer them; another
+	// marketplace's path is not served.
+	for _, c := range []struct {
+		path string
+		want int
+	}{
+		{"/v1/payments/1", http.StatusNotFound},
+		{"/v1/marketplaces/" + testZoopMarketplace + "/transactions/00ff", http.StatusNotFound},
+		{"/v1/marketplaces/0000/transactions/" + s.Oracle().Payments[1].PaymentID, 0},
+	} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.GatewayURL()+c.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.HasPrefix(c.path, "/v1/payments/") {
+			req.Header.Set("Authorization", "Bearer "+testGatewayToken)
+		} else {
+			req.SetBasicAuth(testZoopKey, "")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want && (c.want != 0 || resp.StatusCode == http.StatusOK) {
+			t.Errorf("GET %s: %d, want %d", c.path, resp.StatusCode, c.want)
+		}
+	}
+
+	file := filepath.Join(t.TempDir(), "oracle.json")
+	if err := s.Save(file); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	ln2, err := net.Listen("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.GatewayListener = ln2
+	loaded, err := Load(file, cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loaded.Close()
+	for p, op := range loaded.Oracle().Payments {
+		refetch(loaded.Oracle(), p, len(op.Steps)-1)
+	}
+}
+
+// TestSourcesThatCannotRefetchAreNotSimulated: a Mercado Pago or Zoop
+// source without api_token cannot refetch, so its events would wait
+// forever: it is skipped when every driver is simulated, and an error when
+// its driver is asked for by name.
+func TestSourcesThatCannotRefetchAreNotSimulated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sources.yaml")
+	yaml := `sources:
+  - name: sw
+    driver: standardwebhooks
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - name: mp
+    driver: mercadopago
+    secrets: ["simulate-mp-secret-93f0"]
+  - name: zp
+    driver: zoop
+    account: ` + testZoopMarketplace + `
+    secrets: ["simulate:zoop-webhook-password-4c1d"]
+`
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(Config{SourcesFile: path, Payments: 10, Seed: 3}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, p := range s.Oracle().Payments {
+		if p.Driver != "standardwebhooks" {
+			t.Errorf("payment %s of driver %s simulated without a gateway API", p.PaymentKey, p.Driver)
+		}
+	}
+	if s.GatewayURL() != "" {
+		t.Errorf("a gateway API serves %s with no source refetching", s.GatewayURL())
+	}
+	for _, d := range []string{"mercadopago", "zoop"} {
+		if _, err := New(Config{SourcesFile: path, Payments: 10, Seed: 3, Drivers: []string{d}}, nil); err == nil || !strings.Contains(err.Error(), "cannot refetch") {
+			t.Errorf("Drivers [%s] without api_token: %v, want an error saying it cannot refetch", d, err)
 		}
 	}
 }

@@ -20,7 +20,10 @@ import (
 // source configures no api_base_url.
 const DefaultAPIBaseURL = "https://api.mercadopago.com"
 
-var _ provider.Refetcher = (*Driver)(nil)
+var (
+	_ provider.Refetcher      = (*Driver)(nil)
+	_ provider.RefetchChecker = (*Driver)(nil)
+)
 
 // AlwaysRefetch reports that every Mercado Pago event must be refetched (the
 // body is not signed), whatever the source's `refetch` setting. The sources
@@ -165,16 +168,33 @@ type apiRefund struct {
 // or (for approved and refunded payments) a transaction_amount_refunded
 // different from what the refunds listed add up to.
 func (d *Driver) ParseRefetch(body []byte) ([]payment.Fact, error) {
-	return parsePayment(body)
+	return parsePayment(body, "")
 }
 
-func parsePayment(body []byte) ([]payment.Fact, error) {
+// ParseRefetchFor is ParseRefetch for the answer to the request for payment
+// id: an answer whose id is another payment's (a misrouting proxy, a cache
+// keyed wrongly, an API bug) is unprocessable rather than applied to the
+// wrong payment. Ids are integers, compared as such ("0123" is 123).
+func (d *Driver) ParseRefetchFor(id string, body []byte) ([]payment.Fact, error) {
+	if id == "" {
+		return nil, provider.Unprocessable("no payment id to check the answer against")
+	}
+	return parsePayment(body, id)
+}
+
+// parsePayment parses a payment resource; wantID, when not empty, is the id
+// the answer must have.
+func parsePayment(body []byte, wantID string) ([]payment.Fact, error) {
 	var p apiPayment
 	if err := provider.DecodeJSON(body, &p); err != nil {
 		return nil, err
 	}
-	if err := provider.CheckID("id", numericID(p.ID)); err != nil {
+	id := numericID(p.ID)
+	if err := provider.CheckID("id", id); err != nil {
 		return nil, err
+	}
+	if wantID != "" && canonicalID(id) != canonicalID(wantID) {
+		return nil, provider.Unprocessable("answer is about another payment than the one asked for")
 	}
 	switch p.Status {
 	case apiPending, apiInProcess, apiAuthorized, apiApproved, apiRejected, apiCancelled,
@@ -350,6 +370,16 @@ func numericID(raw json.RawMessage) string {
 		return t
 	}
 	return ""
+}
+
+// canonicalID is a numeric id without leading zeros ("0" for zero), so that
+// ids naming the same integer compare equal. Ids that are not numeric are
+// returned as they are.
+func canonicalID(id string) string {
+	if id == "" || strings.TrimLeft(id, "0123456789") != "" {
+		return id
+	}
+	return cmp.Or(strings.TrimLeft(id, "0"), "0")
 }
 
 // parseTime reads an optional RFC 3339 date ("" and JSON null give the zero

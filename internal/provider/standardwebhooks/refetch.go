@@ -15,7 +15,10 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.Refetcher = (*Driver)(nil)
+var (
+	_ provider.Refetcher      = (*Driver)(nil)
+	_ provider.RefetchChecker = (*Driver)(nil)
+)
 
 // RefetchRequest builds the request of paystream's generic refetch
 // convention: GET {baseURL}/payments/{paymentID} with "Authorization: Bearer
@@ -135,15 +138,35 @@ func (d *Driver) ParseRefetch(body []byte) ([]payment.Fact, error) {
 	return ParseRefetchPayment(body)
 }
 
+// ParseRefetchFor is ParseRefetch for the answer to the request for
+// paymentID: an answer whose payment_id is another payment's (a misrouting
+// proxy, a cache keyed wrongly, an API bug) is unprocessable rather than
+// applied to the wrong payment. Ids are compared exactly.
+func (d *Driver) ParseRefetchFor(paymentID string, body []byte) ([]payment.Fact, error) {
+	if paymentID == "" {
+		return nil, provider.Unprocessable("no payment id to check the answer against")
+	}
+	return parseRefetchPayment(body, paymentID)
+}
+
 // ParseRefetchPayment is Driver.ParseRefetch, for senders that follow the
 // convention without the Standard Webhooks transport.
 func ParseRefetchPayment(body []byte) ([]payment.Fact, error) {
+	return parseRefetchPayment(body, "")
+}
+
+// parseRefetchPayment parses an answer of the convention; want, when not
+// empty, is the payment_id it must have.
+func parseRefetchPayment(body []byte, want string) ([]payment.Fact, error) {
 	var p RefetchPayment
 	if err := provider.DecodeJSON(body, &p); err != nil {
 		return nil, err
 	}
 	if err := provider.CheckID("payment_id", p.PaymentID); err != nil {
 		return nil, err
+	}
+	if want != "" && p.PaymentID != want {
+		return nil, provider.Unprocessable("answer is about another payment than the one asked for")
 	}
 	status := payment.Status(p.Status)
 	paid := false
