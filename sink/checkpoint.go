@@ -90,8 +90,11 @@ func ensureCheckpointTopic(ctx context.Context, adm *kadm.Client, topic string) 
 // relay's transactional id: then no transaction of an earlier relay is
 // still open, and the committed end of the topic read here includes every
 // checkpoint that will ever commit before ours.
-func readCheckpoint(ctx context.Context, brokers []string, opts []kgo.Opt, topic, slot string) (checkpoint, error) {
-	admCl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...), kgo.SeedBrokers(brokers...))...)
+//
+// opts returns the options of a new client of the given role (see
+// Relay.kafkaOpts).
+func readCheckpoint(ctx context.Context, opts func(client string, extra ...kgo.Opt) []kgo.Opt, topic, slot string) (checkpoint, error) {
+	admCl, err := kgo.NewClient(opts(ClientAdmin)...)
 	if err != nil {
 		return checkpoint{}, fmt.Errorf("kafka client: %w", err)
 	}
@@ -123,8 +126,7 @@ func readCheckpoint(ctx context.Context, brokers []string, opts []kgo.Opt, topic
 	if len(todo) == 0 {
 		return checkpoint{}, nil
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, opts...),
-		kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(opts(ClientCheckpoint,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// Commit and abort markers are returned too, so the read can tell

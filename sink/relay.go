@@ -84,8 +84,14 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout, and bounds
 	// flushing and committing one. Defaults to 30s.
 	TransactionTimeout time.Duration
-	// KafkaOpts are extra franz-go options.
+	// KafkaOpts are extra franz-go options, given to every Kafka client.
 	KafkaOpts []kgo.Opt
+	// KafkaClientOpts, when set, returns more options for one Kafka client
+	// of the relay, named by its role (ClientRelay, ClientCheckpoint,
+	// ClientAdmin). It is called each time such a client is created: the
+	// place for per-client hooks such as kprom metrics, which two clients
+	// alive at once cannot share.
+	KafkaClientOpts func(client string) []kgo.Opt
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the relay's metrics. Defaults to a private registry.
@@ -116,6 +122,10 @@ type Relay struct {
 	// afterCommit, when set (by tests), runs after each Kafka commit,
 	// before the slot is confirmed; an error ends the session there.
 	afterCommit func(pglogrepl.LSN) error
+	// midPublish, when set (by tests), runs after each state record a
+	// Kafka transaction produces, with how many it has produced; an error
+	// ends the session there, neither committed nor aborted.
+	midPublish func(produced int) error
 }
 
 // New validates cfg and returns a Relay on pool's database
@@ -172,6 +182,30 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m}, nil
+}
+
+// The roles of a Relay's Kafka clients, as Config.KafkaClientOpts names them.
+// Clients of different roles can be alive at once; two of one role never are.
+const (
+	// ClientRelay is the active relay's transactional producer; it lives
+	// as long as the relay holds the slot.
+	ClientRelay = "relay"
+	// ClientCheckpoint reads the committed checkpoint back when the relay
+	// takes the slot, and is closed once it has.
+	ClientCheckpoint = "checkpoint"
+	// ClientAdmin creates the checkpoint topic when it is missing and lists
+	// its offsets before the checkpoint is read; short-lived.
+	ClientAdmin = "admin"
+)
+
+// kafkaOpts returns the options of a new Kafka client of role client:
+// KafkaOpts, the seed brokers, KafkaClientOpts(client) and extra.
+func (r *Relay) kafkaOpts(client string, extra ...kgo.Opt) []kgo.Opt {
+	opts := append(append([]kgo.Opt{}, r.cfg.KafkaOpts...), kgo.SeedBrokers(r.cfg.Brokers...))
+	if r.cfg.KafkaClientOpts != nil {
+		opts = append(opts, r.cfg.KafkaClientOpts(client)...)
+	}
+	return append(opts, extra...)
 }
 
 // errSlotBusy says another relay streams the slot: this one is a standby.
@@ -236,7 +270,7 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err := createSlot(ctx, r.pool, r.cfg.Slot); err != nil {
 		return err
 	}
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, r.cfg.KafkaOpts...), kgo.SeedBrokers(r.cfg.Brokers...))...)
+	cl, err := kgo.NewClient(r.kafkaOpts(ClientAdmin)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -273,8 +307,7 @@ func (r *Relay) lead(ctx context.Context) error {
 		return fmt.Errorf("start replication on slot %s: %w", r.cfg.Slot, err)
 	}
 
-	cl, err := kgo.NewClient(append(append([]kgo.Opt{}, r.cfg.KafkaOpts...),
-		kgo.SeedBrokers(r.cfg.Brokers...),
+	cl, err := kgo.NewClient(r.kafkaOpts(ClientRelay,
 		kgo.TransactionalID(r.cfg.TransactionalID),
 		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -292,7 +325,7 @@ func (r *Relay) lead(ctx context.Context) error {
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("fence previous relay (init producer id): %w", err)
 	}
-	ckpt, err := readCheckpoint(ctx, r.cfg.Brokers, r.cfg.KafkaOpts, r.cfg.CheckpointTopic, r.cfg.Slot)
+	ckpt, err := readCheckpoint(ctx, r.kafkaOpts, r.cfg.CheckpointTopic, r.cfg.Slot)
 	if err != nil {
 		return err
 	}
@@ -460,22 +493,28 @@ func (s *session) decoded(ctx context.Context, m pglogrepl.Message) error {
 			s.r.log.Warn("ignoring a non-transactional state message", "lsn", m.LSN)
 			return nil
 		}
-		// The stream's buffer is reused by the next receive: the record
-		// keeps its own copy.
-		ev, err := statelog.Decode(bytes.Clone(m.Content))
+		// The stream's buffer is reused by the next receive: the records
+		// keep their own copy. A message holds one event (format 1) or
+		// all of its transaction's (format 2): either way the events join
+		// the transaction's records, which are published together or not
+		// at all, so a crash in the middle of a message's events resumes
+		// from the checkpoint before its transaction like any other.
+		events, err := statelog.DecodeMessage(bytes.Clone(m.Content))
 		if err != nil {
 			// A frame this relay cannot read (a newer format?) must not be
 			// skipped: stop here, every restart stops here too, until a
 			// relay that reads it runs.
 			return fmt.Errorf("state message at %s: %w", m.LSN, err)
 		}
-		rec := &kgo.Record{Topic: s.r.cfg.Topic, Key: []byte(ev.Key), Value: ev.Payload}
-		rec.Headers = make([]kgo.RecordHeader, 0, len(ev.Headers)+1)
-		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.HeaderEventID, Value: []byte(ev.EventID())})
-		for _, h := range ev.Headers {
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		for _, ev := range events {
+			rec := &kgo.Record{Topic: s.r.cfg.Topic, Key: []byte(ev.Key), Value: ev.Payload}
+			rec.Headers = make([]kgo.RecordHeader, 0, len(ev.Headers)+1)
+			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.HeaderEventID, Value: []byte(ev.EventID())})
+			for _, h := range ev.Headers {
+				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+			}
+			s.txn = append(s.txn, rec)
 		}
-		s.txn = append(s.txn, rec)
 	case *pglogrepl.CommitMessage:
 		s.inTxn = false
 		end := m.TransactionEndLSN
@@ -533,8 +572,16 @@ func (s *session) publish(ctx context.Context) error {
 			mu.Unlock()
 		}
 	}
-	for _, rec := range s.pending {
+	for i, rec := range s.pending {
 		s.cl.Produce(tctx, rec, promise)
+		if hook := s.r.midPublish; hook != nil {
+			if err := hook(i + 1); err != nil {
+				// As a crash once the broker has the records: the
+				// transaction stays open until the next session fences it.
+				_ = s.cl.Flush(tctx)
+				return err
+			}
+		}
 	}
 	s.cl.Produce(tctx, ckptRec, promise)
 	err = s.cl.Flush(tctx)

@@ -127,24 +127,41 @@ func stateEvent(key string, version int64, attempt string) statelog.Event {
 	}
 }
 
-// emit writes events as the processor does, in one transaction through
-// pool, and commits it unless rollback.
+// emit writes events as the processor does, one compressed state message
+// (format 2) in one transaction through pool, and commits it unless
+// rollback.
 func emit(ctx context.Context, pool *pgxpool.Pool, events []statelog.Event, rollback bool) error {
-	frames, err := statelog.EncodeAll(events)
-	if err != nil {
-		return err
-	}
+	return emitFormat(ctx, pool, events, rollback, 2)
+}
+
+// emitFormat is emit with the frames of format version 1 (a message per
+// event, as processors before format 2 and migration 004 write them) or 2.
+func emitFormat(ctx context.Context, pool *pgxpool.Pool, events []statelog.Event, rollback bool, format int) error {
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	var n int64
-	if err := tx.QueryRow(ctx, statelog.EmitSQL, frames).Scan(&n); err != nil {
-		return fmt.Errorf("emit: %w", err)
-	}
-	if n != int64(len(frames)) {
-		return fmt.Errorf("emitted %d messages, want %d", n, len(frames))
+	if format == 1 {
+		frames, err := statelog.EncodeAll(events)
+		if err != nil {
+			return err
+		}
+		var n int64
+		if err := tx.QueryRow(ctx, statelog.EmitSQL, frames).Scan(&n); err != nil {
+			return fmt.Errorf("emit: %w", err)
+		}
+		if n != int64(len(frames)) {
+			return fmt.Errorf("emitted %d messages, want %d", n, len(frames))
+		}
+	} else {
+		frame, err := statelog.EncodeMessage(events)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, statelog.EmitMessageSQL, frame); err != nil {
+			return fmt.Errorf("emit: %w", err)
+		}
 	}
 	if rollback {
 		return tx.Rollback(ctx)
@@ -155,13 +172,17 @@ func emit(ctx context.Context, pool *pgxpool.Pool, events []statelog.Event, roll
 // writer is a processor-like writer: it owns payments (as a partition
 // worker does) and emits their versions in order, in transactions of
 // 1..maxPer events across its payments, rolling back every rollbackEvery-th
-// transaction and then committing the same versions again.
+// transaction and then committing the same versions again. Each
+// transaction is one format 2 message, except every v1Every-th, whose
+// events are format 1 messages (as during an upgrade, when the slot holds
+// both).
 type writer struct {
 	pool          *pgxpool.Pool
 	prefix        string
 	payments      int
 	maxPer        int
 	rollbackEvery int
+	v1Every       int
 }
 
 // run emits total events and returns how many versions each payment got.
@@ -176,16 +197,20 @@ func (w writer) run(ctx context.Context, total int) (map[string]int64, error) {
 			key := fmt.Sprintf("%s_pay_%03d", w.prefix, (emitted+i)%w.payments)
 			events = append(events, stateEvent(key, versions[key]+1+int64(countKey(events, key)), "committed"))
 		}
+		format := 2
+		if w.v1Every > 0 && txns%w.v1Every == 0 {
+			format = 1
+		}
 		if w.rollbackEvery > 0 && txns%w.rollbackEvery == 0 {
 			rolled := make([]statelog.Event, len(events))
 			for i, e := range events {
 				rolled[i] = stateEvent(e.Key, e.Version, "rolled-back")
 			}
-			if err := emit(ctx, w.pool, rolled, true); err != nil {
+			if err := emitFormat(ctx, w.pool, rolled, true, format); err != nil {
 				return nil, err
 			}
 		}
-		if err := emit(ctx, w.pool, events, false); err != nil {
+		if err := emitFormat(ctx, w.pool, events, false, format); err != nil {
 			return nil, err
 		}
 		for _, e := range events {
@@ -355,7 +380,8 @@ func checkStream(t *testing.T, recs []*kgo.Record, want map[string]int64) {
 // transactions in the same database: a read_committed consumer sees every
 // committed version of every payment of the relay's schema once, in
 // order, with its headers, and nothing rolled back or of the other schema.
-// One transaction's many events of one payment come out in emit order.
+// One transaction's many events of one payment come out in emit order;
+// messages of frame formats 1 and 2 mix in one stream (an upgrade).
 func TestRelayPublishesCommittedInOrder(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 3)
@@ -378,7 +404,7 @@ func TestRelayPublishesCommittedInOrder(t *testing.T) {
 	errs := make(chan error, 6)
 	for i := range 4 {
 		wg.Go(func() {
-			w := writer{pool: b.db.Pool, prefix: fmt.Sprintf("w%d", i), payments: 10, maxPer: 7, rollbackEvery: 3}
+			w := writer{pool: b.db.Pool, prefix: fmt.Sprintf("w%d", i), payments: 10, maxPer: 7, rollbackEvery: 3, v1Every: 4}
 			v, err := w.run(ctx, 500)
 			errs <- err
 			mu.Lock()
@@ -508,6 +534,69 @@ func TestRelaySkipsCheckpointedAfterCrash(t *testing.T) {
 		t.Error("no replayed transaction skipped: the planted crashes did not exercise the checkpoint")
 	}
 	checkStream(t, readCommitted(t, b.brokers, b.topic), want)
+}
+
+// TestRelayCrashInsideAMessage (I3, I6): one format 2 message holds many
+// events; a relay that crashes after producing part of them (the broker
+// has those records, in a transaction neither committed nor aborted) is
+// followed by one that fences it and publishes the message's transaction
+// again from the checkpoint before it. A read_committed consumer sees every
+// event of the message once, in order, none of the first attempt's; a
+// format 1 transaction before it (an upgrade's leftovers) too.
+func TestRelayCrashInsideAMessage(t *testing.T) {
+	t.Parallel()
+	b := setup(t, 3)
+	if err := setupSlotFor(b); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	want := map[string]int64{}
+	var old []statelog.Event
+	for v := int64(1); v <= 3; v++ {
+		old = append(old, stateEvent("acme:pay_old", v, "committed"))
+	}
+	if err := emitFormat(ctx, b.db.Pool, old, false, 1); err != nil {
+		t.Fatal(err)
+	}
+	want["acme:pay_old"] = 3
+	// Two messages of 150 events over 10 payments, 15 versions each.
+	for m := range 2 {
+		var events []statelog.Event
+		for i := range 150 {
+			key := fmt.Sprintf("acme:pay_%02d", i%10)
+			events = append(events, stateEvent(key, int64(m*15+i/10+1), "committed"))
+			want[key] = int64(m*15 + i/10 + 1)
+		}
+		if err := emit(ctx, b.db.Pool, events, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const crashAt = 60 // records into a Kafka transaction: inside the first message
+	var crashes atomic.Int64
+	r := b.startRelay(t, func(r *sink.Relay) {
+		sink.SetMidPublishHook(r, func(produced int) error {
+			if produced == crashAt && crashes.Load() < 2 {
+				crashes.Add(1)
+				return errors.New("planted crash in the middle of a message's events")
+			}
+			return nil
+		})
+	})
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	if got := crashes.Load(); got != 2 {
+		t.Fatalf("%d planted crashes, want 2", got)
+	}
+	recs := readCommitted(t, b.brokers, b.topic)
+	checkStream(t, recs, want)
+	// The crashed attempts' records are in the log, aborted: each attempt
+	// put crashAt records there (and its successor an abort marker per
+	// partition it wrote to).
+	if hw := stateHighWater(t, b.brokers, b.topic); hw < int64(len(recs))+2*crashAt {
+		t.Errorf("state topic high water %d, want at least %d committed + %d crashed records: the crashes did not happen mid-message", hw, len(recs), 2*crashAt)
+	}
+	if got := r.metric(t, "paystream_sink_events_published_total"); got != float64(len(recs)) {
+		t.Errorf("paystream_sink_events_published_total = %v, want %d", got, len(recs))
+	}
 }
 
 // TestRelayHeartbeatAdvancesQuietSlot: with no state event at all, the
@@ -688,7 +777,7 @@ func TestRelaySIGKILL(t *testing.T) {
 	errs := make(chan error, writers)
 	for i := range writers {
 		wg.Go(func() {
-			w := writer{pool: b.db.Pool, prefix: fmt.Sprintf("w%d", i), payments: 250, maxPer: 20, rollbackEvery: 5}
+			w := writer{pool: b.db.Pool, prefix: fmt.Sprintf("w%d", i), payments: 250, maxPer: 20, rollbackEvery: 5, v1Every: 7}
 			v, err := w.run(ctx, total/writers)
 			errs <- err
 			mu.Lock()

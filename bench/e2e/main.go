@@ -2,7 +2,7 @@
 // teams write, on the same machine, with the same workload, in the same
 // run. `make bench-e2e` runs it on the local stack (deploy/stack.sh).
 //
-//	go run ./bench/e2e [-quick] [-deliveries 60000] [-repeats 0.2] [-body 1024] [-c 64] [-json out.json]
+//	go run ./bench/e2e [-quick] [-rate 5000] [-deliveries 60000] [-repeats 0.2] [-body 1024] [-c 64] [-json out.json]
 //
 // # What runs
 //
@@ -28,6 +28,13 @@
 // stale), bodies padded to about 1 KB, 20 % of the deliveries repeating a
 // recent event. The defaults are 60,000 deliveries, so 48,000 distinct
 // events and 12,000 payments; -quick is a tenth of that.
+//
+// By default each target gets the requests as fast as it answers them, so
+// accepted→published measures the backlog the burst leaves. With -rate N
+// the requests arrive at N per second instead (request i is sent at
+// start + i/N, by whichever worker is free; those that start more than
+// 10 ms after their time are counted as late), which measures the latency
+// of a target keeping up with that rate, or shows that it does not.
 //
 // # What is measured
 //
@@ -91,6 +98,7 @@ type options struct {
 	partitions    int
 	baselineConns int
 	brokerPID     int
+	rate          float64
 	quick         bool
 	keep          bool
 	jsonPath      string
@@ -113,6 +121,7 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the raw and state topics")
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
+	flag.Float64Var(&o.rate, "rate", 0, "send at this fixed arrival rate, requests per second (0: as fast as each target answers)")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries")
 	flag.BoolVar(&o.keep, "keep", false, "keep the schemas after the run (topics are always deleted)")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
@@ -145,6 +154,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.quick {
 		o.deliveries /= 10
+	}
+	if o.rate < 0 {
+		return fmt.Errorf("-rate %v: want a positive rate, or 0 for as fast as possible", o.rate)
 	}
 	unique := int(float64(o.deliveries) * (1 - o.repeats))
 	payments := unique / loadgen.LifecycleSteps
@@ -197,8 +209,8 @@ func run(ctx context.Context, o options) error {
 	if o.quick {
 		kind = "smoke run (-quick)"
 	}
-	fmt.Printf("bench-e2e %s: %d deliveries (%d repeats) of %d events, %d payments created → paid → refunded → late created, ~%d B bodies, %d connections\n",
-		kind, workload.Len(), workload.Len()-payments*loadgen.LifecycleSteps, payments*loadgen.LifecycleSteps, payments, o.bodyBytes, o.concurrency)
+	fmt.Printf("bench-e2e %s: %d deliveries (%d repeats) of %d events, %d payments created → paid → refunded → late created, ~%d B bodies, %d connections, %s\n",
+		kind, workload.Len(), workload.Len()-payments*loadgen.LifecycleSteps, payments*loadgen.LifecycleSteps, payments, o.bodyBytes, o.concurrency, rateText(o.rate))
 	fmt.Printf("machine: %d CPUs (%s), load average %s, commit %s, %s\n\n", machine.CPUs, machine.CPU, machine.LoadAvg, machine.Commit, runtime.Version())
 
 	pipe, err := b.runPipeline(ctx, suffix)
@@ -211,7 +223,7 @@ func run(ctx context.Context, o options) error {
 	}
 	rep := report{Kind: kind, Machine: machine, Workload: workloadInfo{
 		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments,
-		BodyBytes: o.bodyBytes, Connections: o.concurrency, Partitions: o.partitions, BaselineConns: o.baselineConns,
+		BodyBytes: o.bodyBytes, Connections: o.concurrency, Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
 	}, Paystream: pipe, Baseline: base}
 	fmt.Println()
 	fmt.Print(rep.markdown())
@@ -236,3 +248,11 @@ func progress(name string, total int) func(loadgen.Snapshot) {
 
 // timeout bounds the waits after the load: generous, to catch a hang.
 const timeout = 10 * time.Minute
+
+// rateText describes the arrival rate.
+func rateText(rate float64) string {
+	if rate <= 0 {
+		return "as fast as each target answers"
+	}
+	return fmt.Sprintf("at a fixed %.0f requests/s", rate)
+}

@@ -26,6 +26,9 @@ type workloadInfo struct {
 	Connections   int `json:"connections"`
 	Partitions    int `json:"partitions"`
 	BaselineConns int `json:"baseline_pg_conns"`
+	// Rate is the fixed arrival rate, requests per second; 0 for as fast
+	// as each target answers.
+	Rate float64 `json:"rate,omitempty"`
 }
 
 // appProcesses are the processes each design adds; the broker and
@@ -60,8 +63,9 @@ func (rep *report) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "bench-e2e, %s — %s, commit %s, %d CPUs (%s), load average before %s\n\n",
 		rep.Kind, rep.Machine.Date, rep.Machine.Commit, rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.LoadAvg)
-	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections, %d partitions\n\n",
-		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Partitions)
+	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections, %d partitions, %s\n\n",
+		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Partitions,
+		rateText(rep.Workload.Rate))
 	sb.WriteString("| | paystream | sync baseline | paystream ÷ baseline |\n|---|--:|--:|--:|\n")
 	row := func(name string, pv, bv float64, format string) {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", name, fmt.Sprintf(format, pv), fmt.Sprintf(format, bv), ratio(pv, bv))
@@ -105,6 +109,12 @@ func (rep *report) markdown() string {
 			fmt.Fprintf(&sb, ", errors %v", r.Load.Errors)
 		}
 		fmt.Fprintf(&sb, "; load %.1fs, first request → last delivery recorded %.1fs; %s\n", r.Load.Elapsed.Seconds(), r.EndToEnd, r.Check)
+	}
+	for _, r := range []*result{p, b} {
+		if pc := r.Pacing; pc != nil {
+			fmt.Fprintf(&sb, "- %s at %.0f requests/s offered: %d requests started over 10 ms after their time (latest %.0f ms late)\n",
+				r.Name, pc.Rate, pc.Late, pc.MaxLateMS)
+		}
 	}
 	fmt.Fprintf(&sb, "- accepted→published: %d state events matched to their webhook's first 2xx", p.Published)
 	if p.PublishNote != "" {

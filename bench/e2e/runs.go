@@ -36,6 +36,8 @@ type result struct {
 	WALBytesPerDelivery float64            `json:"wal_bytes_per_delivery"`
 	// Check says whether every payment ended as the workload says.
 	Check string `json:"check"`
+	// Pacing is set in a run at a fixed arrival rate (-rate).
+	Pacing *pacing `json:"pacing,omitempty"`
 }
 
 // fill sets the load's numbers.
@@ -122,12 +124,13 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 		return nil, err
 	}
 	started := time.Now()
-	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: pr.ingestURL, Schedule: b.workload, Concurrency: b.concurrency,
+	sched, paced := b.schedule()
+	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: pr.ingestURL, Schedule: sched, Concurrency: b.concurrency,
 		OnAnswer: ans.record, Progress: progress("paystream", b.workload.Len())})
 	if err != nil {
 		return nil, err
 	}
-	r := &result{Name: "paystream"}
+	r := &result{Name: "paystream", Pacing: paced()}
 	r.fill(load)
 
 	// Wait for the last delivery in Postgres and the last state event.
@@ -235,12 +238,13 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 	if err != nil {
 		return nil, err
 	}
-	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: "http://" + addr, Schedule: b.workload, Concurrency: b.concurrency,
+	sched, paced := b.schedule()
+	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: "http://" + addr, Schedule: sched, Concurrency: b.concurrency,
 		Progress: progress("baseline", b.workload.Len())})
 	if err != nil {
 		return nil, err
 	}
-	r := &result{Name: "baseline"}
+	r := &result{Name: "baseline", Pacing: paced()}
 	r.fill(load)
 	if err := b.finish(ctx, r, &m, cpu0, wal0); err != nil {
 		return nil, err

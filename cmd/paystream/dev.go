@@ -171,6 +171,7 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	relay, err := sink.New(pool, sink.Config{
 		Brokers: brokers, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic,
 		Logger: e.log.With("component", "sink"), Registerer: e.reg,
+		KafkaClientOpts: sinkKafkaMetrics(e.reg),
 	})
 	if err != nil {
 		return err

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/envelope"
@@ -177,7 +179,7 @@ type processorCmd struct {
 	metricsFlags
 	processorFlags
 	retentionFlags
-	Sources string `help:"Sources file; the processor reads it only for the sources that refetch from their gateway's API (mercadopago, refetch: true)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
+	Sources string `help:"Sources file; the processor reads it only for the sources that refetch from their gateway's API (mercadopago, zoop, refetch: true)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
 }
 
 func (c *processorCmd) Help() string {
@@ -311,11 +313,25 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 		StandbyRetry:      c.StandbyRetry,
 		Logger:            e.log.With("component", "sink"),
 		Registerer:        e.reg,
+		KafkaClientOpts:   sinkKafkaMetrics(e.reg),
 	})
 	if err != nil {
 		return err
 	}
 	return r.Run(ctx)
+}
+
+// sinkKafkaMetrics gives each Kafka client of the sink its own franz-go
+// metrics (kprom), as paystream_sink_kafka_* labelled client="relay",
+// "checkpoint" or "admin" (sink.ClientRelay ...): the relay's clients are
+// alive at once, and two of them registering the same names and labels
+// would panic. A client's series go when it is closed: an active relay
+// shows its producer's (client="relay"), a standby none.
+func sinkKafkaMetrics(reg prometheus.Registerer) func(client string) []kgo.Opt {
+	return func(client string) []kgo.Opt {
+		return []kgo.Opt{kgo.WithHooks(kprom.NewMetrics("paystream", kprom.Registerer(reg),
+			kprom.Subsystem("sink_kafka"), kprom.WithStaticLabel(prometheus.Labels{"client": client})))}
+	}
 }
 
 // refetchConfigs picks the sources that refetch from their gateway's API.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -255,6 +257,29 @@ func TestUpgradeInPlace(t *testing.T) {
 		if len(p.Transitions) != int(want.version) {
 			t.Errorf("inspect %s: %d transitions, want %d", key, len(p.Transitions), want.version)
 		}
+	}
+
+	// The sink, upgraded too, relays what the slot kept from before the
+	// upgrade on: the upgrade's message of frame format 1 (the outbox
+	// event) and the new processor's and replay's of format 2, each event
+	// once.
+	state := testenv.Topic(t, "state", 1)
+	runSink(t, pool, brokers, state)
+	want := []string{"acme:pay_a:2", "acme:pay_a:3", "acme:pay_d:2", "acme:pay_d:3", "acme:pay_h:1"}
+	var got []string
+	testenv.WaitFor(t, time.Minute, func() error {
+		got = got[:0]
+		for _, r := range committedState(t, brokers, state) {
+			got = append(got, r.eventID)
+		}
+		if len(got) < len(want) {
+			return fmt.Errorf("%d state events on the topic, want %d", len(got), len(want))
+		}
+		return nil
+	})
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("state events after the upgrade: %q, want %q", got, want)
 	}
 }
 

@@ -213,7 +213,8 @@ type Batch struct {
 	Outcomes    []Outcome
 	Payments    []PaymentWrite
 	Transitions []TransitionWrite
-	// Events are the state events, per payment in version order.
+	// Events are the state events, per payment in version order: emitted
+	// as one state message (statelog.EncodeMessage).
 	Events []statelog.Event
 }
 
@@ -248,11 +249,12 @@ func QueueWrite(pb *pgx.Batch, b *Batch) error {
 	}
 	queueTransitions(pb, b.Transitions)
 	if len(b.Events) > 0 {
-		frames, err := statelog.EncodeAll(b.Events)
+		// One message, compressed, for all of the transaction's events.
+		frame, err := statelog.EncodeMessage(b.Events)
 		if err != nil {
 			return err
 		}
-		pb.Queue(statelog.EmitSQL, frames)
+		pb.Queue(statelog.EmitMessageSQL, frame)
 	}
 	return nil
 }

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/testenv"
+	"github.com/paystream/paystream/processor"
+	"github.com/paystream/paystream/sink"
+)
+
+// sinkGrace is the sink's terminationGracePeriodSeconds in
+// deploy/k8s/base/sink.yaml: the kubelet SIGKILLs it after that.
+const sinkGrace = 30 * time.Second
+
+// TestSinkSIGTERMUnderLoad runs `paystream sink` (the binary) while a
+// processor applies a steady flow of raw records, sends it SIGTERM
+// mid-load, twice, restarting it each time, and checks each stop: exit
+// status 0 within the manifests' grace period, no error logged, and the
+// relay's Kafka transaction not left open (the broker describes its
+// transactional id as committed, aborted or empty, never ongoing). Before
+// each stop it scrapes the relay's /metrics: the active relay's producer
+// reports franz-go's client metrics as paystream_sink_kafka_*
+// {client="relay"} (and each restart reads the checkpoint back with its
+// own admin and checkpoint clients, which would panic on a duplicate
+// registration). After the drain every event's effects are in Postgres
+// once, and a read_committed consumer sees every state event once, in
+// order.
+func TestSinkSIGTERMUnderLoad(t *testing.T) {
+	testenv.SkipIfShort(t)
+	db := testenv.NewDB(t)
+	brokers := testenv.Kafka(t)
+	raw, state, ckpt := testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1)
+	group := testenv.Group(t)
+	// As paystream migrate does; testenv drops the slot with the schema.
+	if _, err := sink.SetupSlot(t.Context(), db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	txnID := "paystream-sink-" + sink.SlotName(db.Schema)
+	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 10})
+
+	hs := genHistories(3000)
+	prod := producePaced(t, brokers, raw, hs, 5, 30*time.Millisecond)
+	start := func(name string) (*binProc, string) {
+		addr := freeLoopbackAddr(t)
+		return startBin(t, name, "sink", "--kafka-brokers", strings.Join(brokers, ","), "--database-url", db.URL,
+			"--state-topic", state, "--checkpoint-topic", ckpt, "--heartbeat-interval", "200ms",
+			"--standby-retry", "100ms", "--metrics-addr", addr, "--log-format", "json"), addr
+	}
+
+	for n := range 2 {
+		s, addr := start(fmt.Sprintf("paystream sink %d", n))
+		from := stateHighWater(t, brokers, state)
+		testenv.Eventually(t, 2*time.Minute, func() bool { return stateHighWater(t, brokers, state) >= from+300 },
+			"sink %d to publish 300 records", n)
+		fams := scrapeMetrics(t, addr)
+		relay := map[string]string{"client": sink.ClientRelay}
+		if v := metricSum(fams, "paystream_sink_active", nil); v != 1 {
+			t.Errorf("sink %d: paystream_sink_active %v, want 1", n, v)
+		}
+		for _, name := range []string{"paystream_sink_kafka_connects_total", "paystream_sink_kafka_produce_bytes_total"} {
+			if v := metricSum(fams, name, relay); v <= 0 {
+				t.Errorf(`sink %d: %s{client="relay"} = %v on /metrics, want > 0`, n, name, v)
+			}
+		}
+		atSignal, flowing := stateHighWater(t, brokers, state), prod.flowing()
+		took := s.terminate(t, sinkGrace)
+		txn := describeTxn(t, brokers, txnID)
+		if txn == "Ongoing" {
+			t.Errorf("sink %d exited with its Kafka transaction ongoing: a read_committed consumer is stuck behind it until the transaction times out", n)
+		}
+		t.Logf("sink %d: SIGTERM at state topic high water %d (producer still producing: %v); exited 0 after %s; transaction %s; %v events published by it",
+			n, atSignal, flowing, took.Round(time.Millisecond), txn, metricSum(fams, "paystream_sink_events_published_total", nil))
+	}
+
+	last, addr := start("paystream sink 2")
+	done := prod.stop(t, hs)
+	waitCaughtUp(t, db.Pool, brokers, group, raw, 5*time.Minute)
+	checkExactlyOnce(t, db.Pool, done)
+	waitRelayed(t, db, 2*time.Minute)
+	recs := committedState(t, brokers, state)
+	checkStateOnce(t, recs, wantVersions(done))
+	skipped := metricSum(scrapeMetrics(t, addr), "paystream_sink_replayed_transactions_skipped_total", nil)
+	t.Logf("%d payments, %d state events on the topic for read_committed consumers, each once; the last sink skipped %v Postgres transactions already published",
+		len(done), len(recs), skipped)
+	last.terminate(t, sinkGrace)
+}
+
+// describeTxn returns the broker's state of transactional id txnID
+// (Empty, Ongoing, PrepareCommit, CompleteCommit, ...).
+func describeTxn(t *testing.T, brokers []string, txnID string) string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	described, err := kadm.NewClient(cl).DescribeTransactions(ctx, txnID)
+	if err != nil {
+		t.Fatalf("describe transactional id %s: %v", txnID, err)
+	}
+	d, ok := described[txnID]
+	if !ok || d.Err != nil {
+		t.Fatalf("describe transactional id %s: %v (described: %v)", txnID, d.Err, ok)
+	}
+	return d.State
+}
+
+// scrapeMetrics fetches and parses /metrics on addr.
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s %v", addr, resp.Status, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("parse /metrics of %s: %v", addr, err)
+	}
+	return fams
+}
+
+// metricSum sums the counter and gauge series of family name whose labels
+// include want.
+func metricSum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	var sum float64
+	f, ok := fams[name]
+	if !ok {
+		return 0
+	}
+series:
+	for _, m := range f.GetMetric() {
+		have := map[string]string{}
+		for _, l := range m.GetLabel() {
+			have[l.GetName()] = l.GetValue()
+		}
+		for k, v := range want {
+			if have[k] != v {
+				continue series
+			}
+		}
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
+	}
+	return sum
+}
