@@ -79,12 +79,16 @@ bench-processor: build ## Processor throughput (batched vs one tx per event) and
 	@$(with_stack) $(GO) run ./bench/processor -binary bin/paystream $(BENCH_PROCESSOR_FLAGS)
 
 .PHONY: bench-e2e
-bench-e2e: build ## End to end: ingest, processor, sink vs a synchronous baseline, same workload (minutes; BENCH_E2E_FLAGS=-quick for a smoke run).
+bench-e2e: build ## End to end: ingest, processor, sink vs a synchronous baseline, same workload (minutes; BENCH_E2E_FLAGS=-quick for a smoke run, "-rate 5000" for latency at a fixed rate).
 	@$(with_stack) $(GO) run ./bench/e2e -binary bin/paystream -json bin/bench-e2e.json $(BENCH_E2E_FLAGS)
 
 .PHONY: bench-ingest
 bench-ingest: ## Ingest vs a bare HMAC handler on the local Kafka, then p50/p99 at 5,000 req/s (≈1.5 min).
 	@$(with_stack) $(GO) run ./bench/ingest $(BENCH_ARGS)
+
+.PHONY: chaos
+chaos: build ## Chaos suite: faults while ≥20,000 simulated webhooks flow, then verify (≈21 min; CHAOS=name,... CHAOS_FLAGS=-deliveries 3000).
+	@$(with_stack) $(GO) run ./bench/chaos -binary bin/paystream -json bin/chaos.json -scenarios "$(or $(CHAOS),all)" $(CHAOS_FLAGS)
 
 .PHONY: loadgen
 loadgen: build ## Send signed webhooks to a running ingest, e.g. make loadgen ARGS="--rate 1000/s -d 30s".

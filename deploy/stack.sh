@@ -4,6 +4,7 @@
 #
 #   deploy/stack.sh up | down [--purge] | status | env | kafka-version
 #   deploy/stack.sh restart-kafka | restart-postgres | kill-kafka | start-kafka
+#   deploy/stack.sh stop-postgres | start-postgres
 #   deploy/stack.sh kafka-topics ARGS...   (org.apache.kafka.tools.TopicCommand)
 #   deploy/stack.sh kafka-tool MAIN_CLASS ARGS...
 #
@@ -595,6 +596,9 @@ kafka_existing() {
   [[ -f $K_DATA/meta.properties ]] || die "no kafka data in $K_DATA; run deploy/stack.sh up"
 }
 
+cmd_stop_postgres() { take_lock; pg_up_existing; pg_stop; }
+cmd_start_postgres() { take_lock; pg_up_existing; pg_start; }
+
 cmd_restart_kafka() { take_lock; kafka_existing; kafka_stop; kafka_start; }
 cmd_start_kafka() { take_lock; kafka_existing; kafka_start; }
 cmd_kill_kafka() { take_lock; kafka_kill; }
@@ -616,6 +620,8 @@ usage: deploy/stack.sh COMMAND
   kafka-version      Kafka version running (or cached), e.g. $KAFKA_VERSION
   restart-kafka      graceful stop + start, data kept, waits until ready
   restart-postgres   fast stop + start, data kept, waits until ready
+  stop-postgres      fast stop, data kept (outage tests); start-postgres brings it back
+  start-postgres     start postgres if it is not running, wait until ready
   kill-kafka         SIGKILL the broker (failure tests); start-kafka brings it back
   start-kafka        start the broker if it is not running, wait until ready
   kafka-topics ARGS  org.apache.kafka.tools.TopicCommand --bootstrap-server $BROKERS ARGS
@@ -634,6 +640,8 @@ main() {
     kafka-version) cmd_kafka_version ;;
     restart-kafka) cmd_restart_kafka ;;
     restart-postgres) cmd_restart_postgres ;;
+    stop-postgres) cmd_stop_postgres ;;
+    start-postgres) cmd_start_postgres ;;
     kill-kafka) cmd_kill_kafka ;;
     start-kafka) cmd_start_kafka ;;
     kafka-topics) cmd_kafka_tool org.apache.kafka.tools.TopicCommand --bootstrap-server "$BROKERS" "$@" ;;

@@ -1,0 +1,191 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/simulate"
+)
+
+// Simulation settings every scenario uses: duplicates and reordering as
+// gateways produce them, a few poison records for I10, and a retry ladder
+// longer than simulate's default minute (gateways retry for days), so no
+// fault here makes the simulated gateway give up.
+const (
+	duplicates = 0.10
+	reorder    = 0.10
+	poison     = 2
+)
+
+var retryLadder = append(slices.Clone(simulate.DefaultRetryLadder),
+	30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second)
+
+// sourcesYAML is one source per driver the simulator drives; mercadopago
+// refetches from the simulation's fake gateway API at %s.
+const sourcesYAML = `sources:
+  - name: sw
+    driver: standardwebhooks
+    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
+  - name: st
+    driver: stripe
+    secrets: ["whsec_stripe_test_4eC39HqLyjWDarjtT1zdp7dc"]
+  - name: hm
+    driver: hmac
+    secrets: ["hmac-secret-7f3a"]
+    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery}
+  - name: pm
+    driver: pagarme
+    secrets: ["sk_test_pagarme_0123456789"]
+  - name: as
+    driver: asaas
+    secrets: ["asaas-token-5d2c"]
+  - name: pb
+    driver: pagbank
+    secrets: ["5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A"]
+  - name: mp
+    driver: mercadopago
+    secrets: ["mp-webhook-secret-8e1f"]
+    api_base_url: http://%s
+    api_token: chaos-gateway-token
+    refetch_rate: 2000
+`
+
+// gateway is the fake gateway API's listener and the sources file that
+// points mercadopago at it. It is made before the pipeline, whose ingest
+// and processor read the file.
+type gateway struct {
+	ln      net.Listener
+	sources string
+}
+
+func newGateway(dir string) (*gateway, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("fake gateway API: %w", err)
+	}
+	path := filepath.Join(dir, "sources.yaml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, sourcesYAML, ln.Addr()), 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &gateway{ln: ln, sources: path}, nil
+}
+
+// workloadConfig is what newWorkload needs from the run.
+type workloadConfig struct {
+	gw         *gateway
+	ingestURL  string
+	deliveries int
+	rate       float64
+	seed       int64
+	brokers    []string
+	raw, group string
+	pool       *pgxpool.Pool // the target schema's, for the sampler
+	log        *slog.Logger
+}
+
+// simulation adapts package simulate to the harness.
+type simulation struct {
+	sim *simulate.Simulation
+}
+
+// newWorkload makes a simulation of at least cfg.deliveries deliveries:
+// payments have histories of different lengths, so it sizes the payment
+// count from a first draw and draws again until the plan is long enough.
+func newWorkload(cfg workloadConfig) (*simulation, error) {
+	sampler, err := simulate.NewSampler(simulate.SamplerConfig{Pool: cfg.pool, Group: cfg.group, Topic: cfg.raw, Brokers: cfg.brokers})
+	if err != nil {
+		return nil, err
+	}
+	scfg := simulate.Config{
+		SourcesFile: cfg.gw.sources, IngestURL: cfg.ingestURL,
+		Duplicates: duplicates, Reorder: reorder, Rate: cfg.rate, Concurrency: 32, Seed: cfg.seed,
+		RetryLadder: retryLadder, Poison: poison, KafkaBrokers: cfg.brokers, RawTopic: cfg.raw,
+		Sampler: sampler, ProgressInterval: 100 * time.Millisecond, GatewayListener: cfg.gw.ln,
+		Payments: max(1, cfg.deliveries/5),
+	}
+	for {
+		sim, err := simulate.New(scfg, cfg.log)
+		if err != nil {
+			return nil, err
+		}
+		events := len(sim.Oracle().Events)
+		planned := events + loadgen.RepeatsFor(events, duplicates)
+		if planned >= cfg.deliveries {
+			return &simulation{sim: sim}, nil
+		}
+		// Close stops the gateway, and with it the listener: the next
+		// draw needs a new one on the same address.
+		addr := cfg.gw.ln.Addr().String()
+		sim.Close()
+		if cfg.gw.ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("fake gateway API: %w", err)
+		}
+		scfg.GatewayListener = cfg.gw.ln
+		scfg.Sampler, _ = simulate.NewSampler(simulate.SamplerConfig{Pool: cfg.pool, Group: cfg.group, Topic: cfg.raw, Brokers: cfg.brokers})
+		scfg.Payments = (scfg.Payments*cfg.deliveries+planned-1)/max(planned, 1) + 1
+	}
+}
+
+func (s *simulation) deliver(ctx context.Context, progress func(acked, total int)) (deliveryCounts, error) {
+	st, err := s.sim.Deliver(ctx, func(p simulate.Progress) { progress(p.Acked, p.Total) })
+	return deliveryCounts{deliveries: st.Planned, acked: st.OK, unavailable: st.Status503,
+		failed: st.Status5xx - st.Status503 + st.OtherStatus + st.NetErrors, givenUp: st.GivenUp}, err
+}
+
+func (s *simulation) close() { s.sim.Close() }
+
+// verdict is what the verification found, as the table counts it.
+type verdict struct {
+	lost, duplicateEffects, stateEvents int
+	invariants                          []InvariantLine
+	drain                               time.Duration
+	ok                                  bool
+}
+
+// verify runs the simulation's verification on the pipeline: it waits for
+// the backlog to drain (up to drainTimeout), then checks I1–I10. The
+// table's columns are violation counts: lost = I1 (an acknowledged
+// webhook not exactly once in the deliveries, or a state change not once
+// on the topic), duplicate effects = I2, duplicate or missing state events
+// = I3 (an event id read twice) + I6 (a payment's versions out of order
+// or with a gap).
+func (s *simulation) verify(ctx context.Context, p *pipeline, drainTimeout, stallLimit time.Duration) (verdict, error) {
+	rep, err := s.sim.Verify(ctx, simulate.Target{
+		Pool: p.pool, Schema: p.schema, KafkaBrokers: p.srv.brokers,
+		RawTopic: p.raw, StateTopic: p.state, Group: p.group,
+		DrainTimeout: drainTimeout, StallLimit: stallLimit,
+	})
+	if err != nil {
+		return verdict{}, err
+	}
+	v := verdict{drain: rep.DrainTime, ok: rep.OK()}
+	for _, inv := range rep.Invariants {
+		v.invariants = append(v.invariants, InvariantLine{ID: inv.ID, Name: inv.Name, OK: inv.OK, Detail: inv.Detail})
+	}
+	v.lost = violations(rep.Result("I1"))
+	v.duplicateEffects = violations(rep.Result("I2"))
+	v.stateEvents = violations(rep.Result("I3")) + violations(rep.Result("I6"))
+	return v, nil
+}
+
+// violations is the number of violations an invariant found, -1 when the
+// report has no such invariant, at least 1 when it failed.
+func violations(r simulate.InvariantResult) int {
+	switch {
+	case r.ID == "":
+		return -1
+	case r.OK:
+		return 0
+	}
+	return max(r.Violations, 1)
+}
