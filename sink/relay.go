@@ -465,6 +465,20 @@ func (s *session) handle(ctx context.Context, data []byte) error {
 		if pkm.ReplyRequested {
 			s.nextStatus = time.Time{}
 		}
+		// The server has sent everything before ServerWALEnd. With no
+		// transaction half decoded and nothing waiting for Kafka, none of
+		// it is ours to publish (rolled-back transactions, other schemas'
+		// messages, WAL that decodes to nothing), so the slot may move
+		// there. Confirming only commit positions would leave it behind
+		// for good when the WAL ends in anything else — and a Postgres
+		// shutdown waits for each walsender to see everything it sent
+		// confirmed, until wal_sender_timeout (a minute by default).
+		if !s.inTxn && len(s.pending) == 0 && pkm.ServerWALEnd > s.confirmed {
+			s.confirmed = pkm.ServerWALEnd
+			if pkm.ReplyRequested {
+				return s.confirm(s.confirmed, time.Time{})
+			}
+		}
 		return nil
 	case pglogrepl.XLogDataByteID:
 		xld, err := pglogrepl.ParseXLogData(data[1:])
