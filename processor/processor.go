@@ -438,9 +438,9 @@ func (p *Processor) assign(ctx context.Context, offsets map[string]map[int32]kgo
 }
 
 // revoked stops the workers of partitions the group is taking away: each
-// finishes the batch it is committing (or abandons it, if the commit is
-// fenced) and drops what it had buffered; the next owner resumes from the
-// stored offset. Their stored offsets are copied to Kafka one last time
+// goes on committing the full batches it has queued (its queue is bounded,
+// so this is bounded too), abandons a commit that is fenced, and drops a
+// last partial batch; the next owner resumes from the stored offset. Their stored offsets are copied to Kafka one last time
 // before the partitions are given up.
 func (p *Processor) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
 	partitions := revoked[p.cfg.Topic]

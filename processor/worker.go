@@ -155,8 +155,9 @@ func (w *Worker) head() (n int, oldest time.Time) {
 	return len(w.queue), oldest
 }
 
-// stop asks the worker to finish (its in-flight transaction commits or is
-// abandoned) and waits for it.
+// stop asks the worker to finish and waits for it: batches already full
+// (or already past BatchMaxWait) are still committed, a fenced commit is
+// abandoned, and the rest of the queue is dropped.
 func (w *Worker) stop() {
 	w.quitOnce.Do(func() { close(w.quit) })
 	<-w.done

@@ -76,6 +76,36 @@ func treeCPU(root int) time.Duration {
 	return total
 }
 
+// walsendersCPU names the CPU of Postgres's walsenders in a run's CPU map:
+// the relay's logical decoding, which reads every WAL record of the
+// database. It is part of "postgres" (treeCPU), reported apart.
+const walsendersCPU = "postgres walsenders"
+
+// childrenCPU returns the CPU time used so far by those of root's direct
+// children whose command line (their process title, for Postgres) starts
+// with prefix. Children that exited between two samples are not counted.
+func childrenCPU(root int, prefix string) time.Duration {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		own, _, ppid, err := procTimes(pid)
+		if err != nil || ppid != root {
+			continue
+		}
+		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.HasPrefix(string(cmd), prefix) {
+			total += own
+		}
+	}
+	return total
+}
+
 // meter samples the CPU time of named processes.
 type meter struct {
 	names []string

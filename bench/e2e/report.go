@@ -51,8 +51,10 @@ func (r *result) cpuSum(names ...string) (float64, bool) {
 
 func (r *result) cpuTotal() float64 {
 	var sum float64
-	for _, v := range r.CPU {
-		sum += v
+	for n, v := range r.CPU {
+		if n != walsendersCPU { // part of "postgres"
+			sum += v
+		}
 	}
 	return sum
 }
@@ -94,6 +96,9 @@ func (rep *report) markdown() string {
 		if ok1 && ok2 {
 			row("CPU µs/delivery: "+map[string]string{"broker": "Kafka broker", "postgres": "Postgres"}[n], pv, bv, "%.0f")
 		}
+	}
+	if v, ok := p.CPU[walsendersCPU]; ok {
+		only("CPU µs/delivery: of which Postgres walsenders (the relay's logical decoding)", fmt.Sprintf("%.0f", v), "—")
 	}
 	row("CPU µs/delivery: all of the above", p.cpuTotal(), b.cpuTotal(), "%.0f")
 	row("WAL bytes/delivery", p.WALBytesPerDelivery, b.WALBytesPerDelivery, "%.0f")

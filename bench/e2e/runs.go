@@ -264,6 +264,7 @@ func (b *bench) addShared(m *meter) {
 	}
 	if b.postmasterPID > 0 {
 		m.add("postgres", func() time.Duration { return treeCPU(b.postmasterPID) })
+		m.add(walsendersCPU, func() time.Duration { return childrenCPU(b.postmasterPID, "postgres: walsender") })
 	}
 }
 

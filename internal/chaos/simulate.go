@@ -30,7 +30,7 @@ var retryLadder = append(slices.Clone(simulate.DefaultRetryLadder),
 	30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second)
 
 // sourcesYAML is one source per driver the simulator drives; mercadopago
-// refetches from the simulation's fake gateway API at %s.
+// and zoop refetch from the simulation's fake gateway API at %[1]s.
 const sourcesYAML = `sources:
   - name: sw
     driver: standardwebhooks
@@ -54,8 +54,15 @@ const sourcesYAML = `sources:
   - name: mp
     driver: mercadopago
     secrets: ["mp-webhook-secret-8e1f"]
-    api_base_url: http://%s
+    api_base_url: http://%[1]s
     api_token: chaos-gateway-token
+    refetch_rate: 2000
+  - name: zp
+    driver: zoop
+    account: 5a1e0c0de2e0000000000000000c4a05
+    secrets: ["paystream:chaos-zoop-webhook-pass-4e2a"]
+    api_token: zpk_chaos_key_0123456789
+    api_base_url: http://%[1]s
     refetch_rate: 2000
 `
 
