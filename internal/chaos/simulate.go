@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paystream/paystream/internal/loadgen"
 	"github.com/paystream/paystream/internal/simulate"
 )
 
@@ -105,42 +104,23 @@ type simulation struct {
 	sim *simulate.Simulation
 }
 
-// newWorkload makes a simulation of at least cfg.deliveries deliveries:
-// payments have histories of different lengths, so it sizes the payment
-// count from a first draw and draws again until the plan is long enough.
+// newWorkload makes a simulation of at least cfg.deliveries deliveries.
 func newWorkload(cfg workloadConfig) (*simulation, error) {
 	sampler, err := simulate.NewSampler(simulate.SamplerConfig{Pool: cfg.pool, Group: cfg.group, Topic: cfg.raw, Brokers: cfg.brokers})
 	if err != nil {
 		return nil, err
 	}
-	scfg := simulate.Config{
+	sim, err := simulate.New(simulate.Config{
 		SourcesFile: cfg.gw.sources, IngestURL: cfg.ingestURL,
 		Duplicates: duplicates, Reorder: reorder, Rate: cfg.rate, Concurrency: 32, Seed: cfg.seed,
 		RetryLadder: retryLadder, Poison: poison, KafkaBrokers: cfg.brokers, RawTopic: cfg.raw,
 		Sampler: sampler, ProgressInterval: 100 * time.Millisecond, GatewayListener: cfg.gw.ln,
-		Payments: max(1, cfg.deliveries/5),
+		Payments: max(1, cfg.deliveries/5), MinDeliveries: cfg.deliveries,
+	}, cfg.log)
+	if err != nil {
+		return nil, err
 	}
-	for {
-		sim, err := simulate.New(scfg, cfg.log)
-		if err != nil {
-			return nil, err
-		}
-		events := len(sim.Oracle().Events)
-		planned := events + loadgen.RepeatsFor(events, duplicates)
-		if planned >= cfg.deliveries {
-			return &simulation{sim: sim}, nil
-		}
-		// Close stops the gateway, and with it the listener: the next
-		// draw needs a new one on the same address.
-		addr := cfg.gw.ln.Addr().String()
-		sim.Close()
-		if cfg.gw.ln, err = net.Listen("tcp", addr); err != nil {
-			return nil, fmt.Errorf("fake gateway API: %w", err)
-		}
-		scfg.GatewayListener = cfg.gw.ln
-		scfg.Sampler, _ = simulate.NewSampler(simulate.SamplerConfig{Pool: cfg.pool, Group: cfg.group, Topic: cfg.raw, Brokers: cfg.brokers})
-		scfg.Payments = (scfg.Payments*cfg.deliveries+planned-1)/max(planned, 1) + 1
-	}
+	return &simulation{sim: sim}, nil
 }
 
 func (s *simulation) deliver(ctx context.Context, progress func(acked, total int)) (deliveryCounts, error) {

@@ -42,6 +42,10 @@ type Config struct {
 	// Payments is the number of payments, spread over the sources in turn.
 	// Defaults to 100.
 	Payments int
+	// MinDeliveries, when positive, raises Payments until the plan holds
+	// at least this many sends (histories differ in length, so a payment
+	// count alone does not say how many webhooks a run sends).
+	MinDeliveries int
 	// Duplicates is the fraction of deliveries, in [0, 1), that re-send a
 	// webhook already sent (same ids and body, a fresh signature).
 	Duplicates float64
@@ -151,11 +155,17 @@ func New(cfg Config, log *slog.Logger) (*Simulation, error) {
 		s.signers[src.Name] = sg
 		s.refetch[src.Name] = built[src.Name].Refetch != nil
 	}
-	s.oracle, err = generate(cfg, chosen, built, s.signers)
-	if err != nil {
-		return nil, err
+	for {
+		if s.oracle, err = generate(cfg, chosen, built, s.signers); err != nil {
+			return nil, err
+		}
+		s.plan = makePlan(cfg, s.oracle)
+		if len(s.plan) >= cfg.MinDeliveries {
+			break
+		}
+		cfg.Payments = cfg.Payments*cfg.MinDeliveries/max(len(s.plan), 1) + 1
 	}
-	s.plan = makePlan(cfg, s.oracle)
+	s.cfg = cfg
 	if err := s.startGateway(built, false); err != nil {
 		return nil, err
 	}
@@ -239,6 +249,8 @@ func (cfg *Config) check() error {
 		return errors.New("simulate config: SourcesFile is required")
 	case cfg.Payments < 0:
 		return errors.New("simulate config: Payments must be positive")
+	case cfg.MinDeliveries < 0:
+		return errors.New("simulate config: MinDeliveries must not be negative")
 	case cfg.Duplicates < 0 || cfg.Duplicates >= 1 || math.IsNaN(cfg.Duplicates):
 		return fmt.Errorf("simulate config: Duplicates %v: want a fraction in [0, 1)", cfg.Duplicates)
 	case cfg.Reorder < 0 || cfg.Reorder > 1 || math.IsNaN(cfg.Reorder):

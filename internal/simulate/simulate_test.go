@@ -673,3 +673,27 @@ func TestDeliverRetriesUntilAcknowledged(t *testing.T) {
 		t.Error("a payment whose webhooks were never acknowledged counts as complete")
 	}
 }
+
+// TestMinDeliveries: MinDeliveries raises the payment count until the plan
+// holds at least that many sends, and leaves a plan already long enough
+// alone.
+func TestMinDeliveries(t *testing.T) {
+	for _, tc := range []struct{ payments, min int }{{10, 3000}, {200, 50}} {
+		path, ln := writeSources(t)
+		s, err := New(Config{SourcesFile: path, IngestURL: "http://127.0.0.1:9", Payments: tc.payments, MinDeliveries: tc.min,
+			Duplicates: 0.1, Seed: 5, GatewayListener: ln}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.plan) < tc.min {
+			t.Errorf("Payments %d, MinDeliveries %d: %d sends planned", tc.payments, tc.min, len(s.plan))
+		}
+		if got := len(s.Oracle().Payments); tc.min < 200 && got != tc.payments {
+			t.Errorf("Payments %d, MinDeliveries %d: %d payments, want them left alone", tc.payments, tc.min, got)
+		}
+		s.Close()
+	}
+	if _, err := New(Config{SourcesFile: "x", MinDeliveries: -1}, nil); err == nil || !strings.Contains(err.Error(), "MinDeliveries") {
+		t.Errorf("MinDeliveries -1: %v, want an error naming it", err)
+	}
+}
