@@ -87,7 +87,7 @@ bench-ingest: ## Ingest vs a bare HMAC handler on the local Kafka, then p50/p99 
 	@$(with_stack) $(GO) run ./bench/ingest $(BENCH_ARGS)
 
 .PHONY: chaos
-chaos: build ## Chaos suite: faults while ≥20,000 simulated webhooks flow, then verify (≈21 min; CHAOS=name,... CHAOS_FLAGS=-deliveries 3000).
+chaos: build ## Chaos suite: faults while ≥20,000 simulated webhooks flow, then verify (≈15–21 min; CHAOS=name,... CHAOS_FLAGS=-deliveries 3000).
 	@$(with_stack) $(GO) run ./bench/chaos -binary bin/paystream -json bin/chaos.json -scenarios "$(or $(CHAOS),all)" $(CHAOS_FLAGS)
 
 .PHONY: loadgen
