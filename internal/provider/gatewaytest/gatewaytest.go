@@ -27,13 +27,10 @@ package gatewaytest
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -45,19 +42,8 @@ const DefaultToken = "gatewaytest-access-token"
 // use. Build it with New or NewWithToken, closed when the test ends, or
 // with Serve outside a test.
 type Gateway struct {
-	t         testing.TB // nil when started by Serve
-	srv       *httptest.Server
-	token     string
-	done      chan struct{}
-	closeOnce sync.Once
-
-	mu         sync.Mutex
-	payments   map[string][]byte
-	failLeft   int
-	failStatus int
-	delay      time.Duration
-	requests   int
-	perID      map[string]int
+	*server // bodies by payment id
+	token   string
 }
 
 // New starts a gateway expecting DefaultToken, closed by t.Cleanup.
@@ -73,7 +59,7 @@ func NewWithToken(t testing.TB, token string) *Gateway {
 		t.Fatal("gatewaytest: empty token")
 	}
 	g := newGateway(t, token)
-	g.srv = httptest.NewServer(g.handler())
+	g.start(nil, g.handler())
 	t.Cleanup(g.Close)
 	return g
 }
@@ -86,33 +72,19 @@ func Serve(ln net.Listener, token string) (*Gateway, error) {
 		return nil, errors.New("gatewaytest: empty token")
 	}
 	g := newGateway(nil, token)
-	g.srv = httptest.NewUnstartedServer(g.handler())
-	g.srv.Listener.Close()
-	g.srv.Listener = ln
-	g.srv.Start()
+	g.start(ln, g.handler())
 	return g, nil
 }
 
 // Close stops the gateway, dropping the connections it serves. New and
 // NewWithToken's gateways are closed when their test ends.
-func (g *Gateway) Close() {
-	g.closeOnce.Do(func() {
-		close(g.done)
-		g.srv.CloseClientConnections()
-		g.srv.Close()
-	})
-}
+func (g *Gateway) Close() { g.close() }
 
 func newGateway(t testing.TB, token string) *Gateway {
-	return &Gateway{
-		t:        t,
-		token:    token,
-		done:     make(chan struct{}),
-		payments: map[string][]byte{},
-		perID:    map[string]int{},
-	}
+	return &Gateway{server: newServer(t, paymentID), token: token}
 }
 
+// handler checks the token, then routes.
 func (g *Gateway) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/payments/{id}", g.payment)
@@ -120,7 +92,13 @@ func (g *Gateway) handler() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, apiError("resource not found", "not_found", http.StatusNotFound))
 	})
-	return g.front(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+g.token {
+			writeJSON(w, http.StatusUnauthorized, apiError("invalid token", "unauthorized", http.StatusUnauthorized))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // URL is the gateway's base URL (http://127.0.0.1:port, no trailing
@@ -143,122 +121,38 @@ func (g *Gateway) SetPayment(id string, body any) {
 	if g.t != nil {
 		g.t.Helper()
 	}
-	var b []byte
-	switch v := body.(type) {
-	case []byte:
-		b = append([]byte(nil), v...)
-	case json.RawMessage:
-		b = append([]byte(nil), v...)
-	case string:
-		b = []byte(v)
-	default:
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			if g.t == nil {
-				panic(fmt.Sprintf("gatewaytest: SetPayment(%q): %v", id, err))
-			}
-			g.t.Fatalf("gatewaytest: SetPayment(%q): %v", id, err)
-		}
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.payments[id] = b
+	g.set("SetPayment", id, body)
 }
 
 // DeletePayment makes the gateway answer 404 for payment id.
-func (g *Gateway) DeletePayment(id string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.payments, id)
-}
+func (g *Gateway) DeletePayment(id string) { g.remove(id) }
 
 // FailNext makes the next n requests, whatever their path or token, fail
 // with HTTP status (for example 500, 503 or 429; 503 and 429 carry
 // "Retry-After: 1"). Status 0 drops the connection without an answer, as a
 // crashed gateway or a reset does. It replaces any failures still pending;
 // n <= 0 cancels them.
-func (g *Gateway) FailNext(n int, status int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.failLeft, g.failStatus = max(n, 0), status
-}
+func (g *Gateway) FailNext(n int, status int) { g.failNext(n, status) }
 
 // Delay makes every answer (including failures) wait d before it is
 // written; zero removes the delay. A request whose client gives up first
 // (timeout, canceled context) gets no answer.
-func (g *Gateway) Delay(d time.Duration) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.delay = d
-}
+func (g *Gateway) Delay(d time.Duration) { g.setDelay(d) }
 
 // Requests counts the requests the gateway received, whatever their answer.
-func (g *Gateway) Requests() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.requests
-}
+func (g *Gateway) Requests() int { return g.requestCount() }
 
 // RequestsFor counts the requests for payment id, on either path, whatever
 // their answer.
-func (g *Gateway) RequestsFor(id string) int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.perID[id]
-}
-
-// front counts every request, then applies the delay and the failures
-// before the mux sees the request.
-func (g *Gateway) front(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		g.mu.Lock()
-		g.requests++
-		if id, ok := paymentID(r.URL.EscapedPath()); ok {
-			g.perID[id]++
-		}
-		delay := g.delay
-		fail, status := g.failLeft > 0, g.failStatus
-		if fail {
-			g.failLeft--
-		}
-		g.mu.Unlock()
-
-		if delay > 0 {
-			timer := time.NewTimer(delay)
-			select {
-			case <-timer.C:
-			case <-r.Context().Done():
-				timer.Stop()
-				return
-			case <-g.done:
-				timer.Stop()
-				return
-			}
-		}
-		if fail {
-			failWith(w, status)
-			return
-		}
-		if r.Header.Get("Authorization") != "Bearer "+g.token {
-			writeJSON(w, http.StatusUnauthorized, apiError("invalid token", "unauthorized", http.StatusUnauthorized))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+func (g *Gateway) RequestsFor(id string) int { return g.requestsFor(id) }
 
 func (g *Gateway) payment(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	g.mu.Lock()
-	body, ok := g.payments[id]
-	g.mu.Unlock()
+	body, ok := g.body(r.PathValue("id"))
 	if !ok {
 		writeJSON(w, http.StatusNotFound, apiError("Payment not found", "not_found", http.StatusNotFound))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	writeBody(w, http.StatusOK, body)
 }
 
 // paymentID extracts {id}, unescaped, from the escaped path
@@ -273,33 +167,9 @@ func paymentID(escaped string) (string, bool) {
 	return "", false
 }
 
-func failWith(w http.ResponseWriter, status int) {
-	if status == 0 {
-		if hj, ok := w.(http.Hijacker); ok {
-			if conn, _, err := hj.Hijack(); err == nil {
-				_ = conn.Close()
-				return
-			}
-		}
-		// No hijacking (HTTP/2): abort the handler, which resets the stream.
-		panic(http.ErrAbortHandler)
-	}
-	if status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, status, apiError(http.StatusText(status), "gatewaytest_failure", status))
-}
-
 // apiError is Mercado Pago's error body shape.
 func apiError(message, code string, status int) map[string]any {
 	return map[string]any{"message": message, "error": code, "status": status, "cause": []any{}}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(b)
 }
 
 // MercadoPagoPayment is the part of Mercado Pago's payment resource

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -194,6 +195,7 @@ func TestDelay(t *testing.T) {
 func TestCloseWithSlowRequestInFlight(t *testing.T) {
 	t.Parallel()
 	var wg sync.WaitGroup
+	var answered error = errors.New("no answer yet")
 	t.Run("inner", func(t *testing.T) {
 		gw := gatewaytest.New(t)
 		gw.Delay(time.Hour)
@@ -201,8 +203,12 @@ func TestCloseWithSlowRequestInFlight(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			req, _ := http.NewRequest(http.MethodGet, gw.URL()+"/payments/1", nil)
-			if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
 				resp.Body.Close()
+				answered = fmt.Errorf("the delayed request was answered %d", resp.StatusCode)
+			} else {
+				answered = nil
 			}
 		}()
 		for gw.Requests() == 0 {
@@ -215,6 +221,9 @@ func TestCloseWithSlowRequestInFlight(t *testing.T) {
 	case <-done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("closing the gateway did not end the delayed request")
+	}
+	if answered != nil { // written before wg.Done, read after done
+		t.Errorf("%v; want the connection dropped, as a gateway going away does", answered)
 	}
 }
 

@@ -1,15 +1,11 @@
 package gatewaytest
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -43,20 +39,9 @@ const (
 // concurrent use. Build it with NewZoop or NewZoopWith, closed when the
 // test ends, or with ServeZoop outside a test.
 type Zoop struct {
-	t           testing.TB // nil when started by ServeZoop
-	srv         *httptest.Server
+	*server     // bodies by transaction id
 	apiKey      string
 	marketplace string
-	done        chan struct{}
-	closeOnce   sync.Once
-
-	mu           sync.Mutex
-	transactions map[string][]byte
-	failLeft     int
-	failStatus   int
-	delay        time.Duration
-	requests     int
-	perID        map[string]int
 }
 
 // NewZoop starts a fake Zoop API for DefaultZoopMarketplace expecting
@@ -74,7 +59,7 @@ func NewZoopWith(t testing.TB, apiKey, marketplaceID string) *Zoop {
 	if err != nil {
 		t.Fatal(err)
 	}
-	z.srv = httptest.NewServer(z.handler())
+	z.start(nil, z.handler())
 	t.Cleanup(z.Close)
 	return z
 }
@@ -88,10 +73,7 @@ func ServeZoop(ln net.Listener, apiKey, marketplaceID string) (*Zoop, error) {
 	if err != nil {
 		return nil, err
 	}
-	z.srv = httptest.NewUnstartedServer(z.handler())
-	z.srv.Listener.Close()
-	z.srv.Listener = ln
-	z.srv.Start()
+	z.start(ln, z.handler())
 	return z, nil
 }
 
@@ -99,34 +81,29 @@ func newZoop(t testing.TB, apiKey, marketplaceID string) (*Zoop, error) {
 	if apiKey == "" || marketplaceID == "" || strings.Contains(marketplaceID, "/") {
 		return nil, errors.New("gatewaytest: a Zoop API needs an API key and a marketplace id without '/'")
 	}
-	return &Zoop{
-		t:            t,
-		apiKey:       apiKey,
-		marketplace:  marketplaceID,
-		done:         make(chan struct{}),
-		transactions: map[string][]byte{},
-		perID:        map[string]int{},
-	}, nil
+	return &Zoop{server: newServer(t, zoopTransactionID), apiKey: apiKey, marketplace: marketplaceID}, nil
 }
 
+// handler checks basic auth, then routes.
 func (z *Zoop) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/marketplaces/{marketplace}/transactions/{id}", z.transaction)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, zoopError("Not Found", "resource_not_found", "Resource not found", http.StatusNotFound))
 	})
-	return z.front(mux)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if user, pass, ok := r.BasicAuth(); !ok || user != z.apiKey || pass != "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="zoop"`)
+			writeJSON(w, http.StatusUnauthorized, zoopError("Unauthorized", "unauthorized", "Invalid API key", http.StatusUnauthorized))
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // Close stops the API, dropping the connections it serves. NewZoop's and
 // NewZoopWith's are closed when their test ends.
-func (z *Zoop) Close() {
-	z.closeOnce.Do(func() {
-		close(z.done)
-		z.srv.CloseClientConnections()
-		z.srv.Close()
-	})
-}
+func (z *Zoop) Close() { z.close() }
 
 // URL is the API's base URL (http://127.0.0.1:port, no trailing slash): the
 // api_base_url of a zoop source under test.
@@ -150,117 +127,34 @@ func (z *Zoop) SetTransaction(id string, body any) {
 	if z.t != nil {
 		z.t.Helper()
 	}
-	var b []byte
-	switch v := body.(type) {
-	case []byte:
-		b = append([]byte(nil), v...)
-	case json.RawMessage:
-		b = append([]byte(nil), v...)
-	case string:
-		b = []byte(v)
-	default:
-		var err error
-		if b, err = json.Marshal(body); err != nil {
-			if z.t == nil {
-				panic(fmt.Sprintf("gatewaytest: SetTransaction(%q): %v", id, err))
-			}
-			z.t.Fatalf("gatewaytest: SetTransaction(%q): %v", id, err)
-		}
-	}
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	z.transactions[id] = b
+	z.set("SetTransaction", id, body)
 }
 
 // DeleteTransaction makes the API answer 404 for transaction id.
-func (z *Zoop) DeleteTransaction(id string) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	delete(z.transactions, id)
-}
+func (z *Zoop) DeleteTransaction(id string) { z.remove(id) }
 
 // FailNext makes the next n requests fail with HTTP status, as
 // Gateway.FailNext does (0 drops the connection; 503 and 429 carry
 // Retry-After).
-func (z *Zoop) FailNext(n int, status int) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	z.failLeft, z.failStatus = max(n, 0), status
-}
+func (z *Zoop) FailNext(n int, status int) { z.failNext(n, status) }
 
 // Delay makes every answer (failures included) wait d; zero removes it.
-func (z *Zoop) Delay(d time.Duration) {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	z.delay = d
-}
+func (z *Zoop) Delay(d time.Duration) { z.setDelay(d) }
 
 // Requests counts the requests the API received, whatever their answer.
-func (z *Zoop) Requests() int {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.requests
-}
+func (z *Zoop) Requests() int { return z.requestCount() }
 
 // RequestsFor counts the requests for transaction id (of any marketplace),
 // whatever their answer.
-func (z *Zoop) RequestsFor(id string) int {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.perID[id]
-}
-
-func (z *Zoop) front(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		z.mu.Lock()
-		z.requests++
-		if id, ok := zoopTransactionID(r.URL.EscapedPath()); ok {
-			z.perID[id]++
-		}
-		delay := z.delay
-		fail, status := z.failLeft > 0, z.failStatus
-		if fail {
-			z.failLeft--
-		}
-		z.mu.Unlock()
-
-		if delay > 0 {
-			timer := time.NewTimer(delay)
-			select {
-			case <-timer.C:
-			case <-r.Context().Done():
-				timer.Stop()
-				return
-			case <-z.done:
-				timer.Stop()
-				return
-			}
-		}
-		if fail {
-			failWith(w, status)
-			return
-		}
-		if user, pass, ok := r.BasicAuth(); !ok || user != z.apiKey || pass != "" {
-			w.Header().Set("WWW-Authenticate", `Basic realm="zoop"`)
-			writeJSON(w, http.StatusUnauthorized, zoopError("Unauthorized", "unauthorized", "Invalid API key", http.StatusUnauthorized))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+func (z *Zoop) RequestsFor(id string) int { return z.requestsFor(id) }
 
 func (z *Zoop) transaction(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	z.mu.Lock()
-	body, ok := z.transactions[id]
-	z.mu.Unlock()
+	body, ok := z.body(r.PathValue("id"))
 	if !ok || r.PathValue("marketplace") != z.marketplace {
 		writeJSON(w, http.StatusNotFound, zoopError("Not Found", "resource_not_found", "Transaction not found", http.StatusNotFound))
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
+	writeBody(w, http.StatusOK, body)
 }
 
 // zoopTransactionID extracts {id}, unescaped, from the escaped path

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -45,16 +44,11 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	if err := checkToken(token); err != nil {
 		return nil, err
 	}
-	base, err := checkBaseURL(baseURL)
+	req, err := provider.NewRefetchRequest(ctx, "mercadopago", baseURL, "/v1/payments/"+paymentID, "the token is sent as a Bearer header")
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/payments/"+paymentID, nil)
-	if err != nil {
-		return nil, errors.New("mercadopago: refetch: build request: " + err.Error())
-	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
 	return req, nil
 }
 
@@ -68,26 +62,6 @@ func checkToken(token string) error {
 		return errors.New("mercadopago: refetch: access token contains spaces or control characters")
 	}
 	return nil
-}
-
-// checkBaseURL accepts an absolute http(s) URL without credentials, query or
-// fragment, and returns it without a trailing slash. Errors do not echo the
-// URL (it could carry credentials).
-func checkBaseURL(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return "", errors.New("mercadopago: refetch: base URL does not parse")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "", errors.New("mercadopago: refetch: base URL must be http:// or https://")
-	case u.Host == "":
-		return "", errors.New("mercadopago: refetch: base URL has no host")
-	case u.User != nil:
-		return "", errors.New("mercadopago: refetch: base URL must not carry credentials (the token is sent as a Bearer header)")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return "", errors.New("mercadopago: refetch: base URL must not have a query or fragment")
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // Payment statuses of Mercado Pago's payment resource.
@@ -340,16 +314,9 @@ func parseRefunds(in []apiRefund, cur string, amount int64, fallback time.Time) 
 			RefundID: id, OccurredAt: cmp.Or(at, fallback),
 		})
 	}
-	slices.SortStableFunc(out, func(a, b payment.Fact) int { return a.OccurredAt.Compare(b.OccurredAt) })
-	var total int64
-	for i := range out {
-		if out[i].AmountMinor > amount-total {
-			return nil, 0, provider.Unprocessable("refunds add up to more than transaction_amount")
-		}
-		total += out[i].AmountMinor
-		if total == amount {
-			out[i].Status = payment.StatusRefunded
-		}
+	total, err := provider.OrderRefunds(out, amount, "refunds add up to more than transaction_amount")
+	if err != nil {
+		return nil, 0, err
 	}
 	return out, total, nil
 }

@@ -35,40 +35,15 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	if strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' }) >= 0 {
 		return nil, errors.New("standardwebhooks: refetch: token contains spaces or control characters")
 	}
-	base, err := checkBaseURL(baseURL)
+	if baseURL == "" {
+		return nil, errors.New("standardwebhooks: refetch: base URL is required")
+	}
+	req, err := provider.NewRefetchRequest(ctx, "standardwebhooks", baseURL, "/payments/"+url.PathEscape(paymentID), "the token is sent as a Bearer header")
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/payments/"+url.PathEscape(paymentID), nil)
-	if err != nil {
-		return nil, errors.New("standardwebhooks: refetch: build request: " + err.Error())
-	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Accept", "application/json")
 	return req, nil
-}
-
-// checkBaseURL accepts an absolute http(s) URL without credentials, query or
-// fragment, and returns it without a trailing slash. Errors do not echo the
-// URL (it could carry credentials).
-func checkBaseURL(raw string) (string, error) {
-	if raw == "" {
-		return "", errors.New("standardwebhooks: refetch: base URL is required")
-	}
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return "", errors.New("standardwebhooks: refetch: base URL does not parse")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "", errors.New("standardwebhooks: refetch: base URL must be http:// or https://")
-	case u.Host == "":
-		return "", errors.New("standardwebhooks: refetch: base URL has no host")
-	case u.User != nil:
-		return "", errors.New("standardwebhooks: refetch: base URL must not carry credentials (the token is sent as a Bearer header)")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return "", errors.New("standardwebhooks: refetch: base URL must not have a query or fragment")
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // RefetchPayment is the answer of paystream's generic refetch convention, a
@@ -275,16 +250,9 @@ func parseRefetchRefunds(in []RefetchRefund, cur string, amount int64) ([]paymen
 			RefundID: r.ID, OccurredAt: at,
 		})
 	}
-	slices.SortStableFunc(out, func(a, b payment.Fact) int { return a.OccurredAt.Compare(b.OccurredAt) })
-	var total int64
-	for i := range out {
-		if out[i].AmountMinor > amount-total {
-			return nil, 0, provider.Unprocessable("refunds add up to more than the amount")
-		}
-		total += out[i].AmountMinor
-		if total == amount {
-			out[i].Status = payment.StatusRefunded
-		}
+	total, err := provider.OrderRefunds(out, amount, "refunds add up to more than the amount")
+	if err != nil {
+		return nil, 0, err
 	}
 	return out, total, nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
@@ -51,16 +50,11 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	case strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' || r == ':' }) >= 0:
 		return nil, errors.New("zoop: refetch: API key contains spaces, colons or control characters (give the key alone: it is sent as the basic-auth user)")
 	}
-	base, err := checkBaseURL(baseURL)
+	req, err := provider.NewRefetchRequest(ctx, "zoop", baseURL, TransactionPath(d.marketplace, paymentID), "the API key is sent as basic auth")
 	if err != nil {
 		return nil, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+TransactionPath(d.marketplace, paymentID), nil)
-	if err != nil {
-		return nil, errors.New("zoop: refetch: build request: " + err.Error())
-	}
 	req.SetBasicAuth(token, "")
-	req.Header.Set("Accept", "application/json")
 	return req, nil
 }
 
@@ -68,26 +62,6 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 // of a marketplace: /v1/marketplaces/{marketplaceID}/transactions/{id}.
 func TransactionPath(marketplaceID, id string) string {
 	return "/v1/marketplaces/" + marketplaceID + "/transactions/" + id
-}
-
-// checkBaseURL accepts an absolute http(s) URL without credentials, query or
-// fragment, and returns it without a trailing slash. Errors do not echo the
-// URL (it could carry credentials).
-func checkBaseURL(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return "", errors.New("zoop: refetch: base URL does not parse")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return "", errors.New("zoop: refetch: base URL must be http:// or https://")
-	case u.Host == "":
-		return "", errors.New("zoop: refetch: base URL has no host")
-	case u.User != nil:
-		return "", errors.New("zoop: refetch: base URL must not carry credentials (the API key is sent as basic auth)")
-	case u.RawQuery != "" || u.ForceQuery || u.Fragment != "":
-		return "", errors.New("zoop: refetch: base URL must not have a query or fragment")
-	}
-	return strings.TrimRight(u.String(), "/"), nil
 }
 
 // Transaction statuses of Zoop's transaction resource.
@@ -365,16 +339,9 @@ func refundFacts(voids []op, cur string, captured int64) ([]payment.Fact, int64,
 			RefundID: v.id, OccurredAt: v.at,
 		})
 	}
-	slices.SortStableFunc(out, func(a, b payment.Fact) int { return a.OccurredAt.Compare(b.OccurredAt) })
-	var total int64
-	for i := range out {
-		if out[i].AmountMinor > captured-total {
-			return nil, 0, provider.Unprocessable("voids add up to more than the capture")
-		}
-		total += out[i].AmountMinor
-		if total == captured {
-			out[i].Status = payment.StatusRefunded
-		}
+	total, err := provider.OrderRefunds(out, captured, "voids add up to more than the capture")
+	if err != nil {
+		return nil, 0, err
 	}
 	return out, total, nil
 }
