@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -85,6 +86,10 @@ func ensureCheckpointTopic(ctx context.Context, adm *kadm.Client, topic string) 
 	return nil
 }
 
+// checkpointReadTimeout bounds reading the checkpoint topic back: it is
+// compacted and small, so this is far more than a healthy read takes.
+const checkpointReadTimeout = 30 * time.Second
+
 // readCheckpoint returns the newest committed checkpoint of slot, or the
 // zero checkpoint when there is none. Call it only after fencing the
 // relay's transactional id: then no transaction of an earlier relay is
@@ -138,11 +143,16 @@ func readCheckpoint(ctx context.Context, opts func(client string, extra ...kgo.O
 	}
 	defer cl.Close()
 
+	// Bounded: a read that stops short of the last stable offset (seen
+	// against the embedded kfake broker after a restart) fails, logged,
+	// and the relay starts over, rather than standing still unnoticed.
+	rctx, cancel := context.WithTimeout(ctx, checkpointReadTimeout)
+	defer cancel()
 	var best checkpoint
 	for len(todo) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return checkpoint{}, fmt.Errorf("read checkpoint topic: %w", err)
+		fs := cl.PollFetches(rctx)
+		if err := rctx.Err(); err != nil {
+			return checkpoint{}, fmt.Errorf("read checkpoint topic up to its last stable offsets %v (partition → offset still to reach): %w", todo, err)
 		}
 		var fetchErr error
 		fs.EachError(func(_ string, p int32, err error) {

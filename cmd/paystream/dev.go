@@ -171,7 +171,10 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	relay, err := sink.New(pool, sink.Config{
 		Brokers: brokers, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic,
 		Logger: e.log.With("component", "sink"), Registerer: e.reg,
-		KafkaClientOpts: sinkKafkaMetrics(e.reg),
+		// No per-client kprom here (paystream sink has it): with it, the
+		// relay's checkpoint read stalled after a kill and restart on kfake
+		// in about one run in six of TestDevSinkExactlyOnceOnKfake, never
+		// without it or on a real broker; not understood yet.
 	})
 	if err != nil {
 		return err
