@@ -143,7 +143,6 @@ func newRegistry() *prometheus.Registry {
 	return reg
 }
 
-// serveMetrics serves reg on addr until ctx ends; a blank addr serves nothing.
 // readyTimeout bounds one readiness check.
 const readyTimeout = 2 * time.Second
 
@@ -158,6 +157,13 @@ func serveMetrics(ctx context.Context, e *env, addr string, ready func(context.C
 	if err != nil {
 		return fmt.Errorf("metrics listen: %w", err)
 	}
+	serveMetricsOn(ctx, e, ln, ready)
+	return nil
+}
+
+// serveMetricsOn is serveMetrics on a listener already open, which it
+// closes when ctx ends.
+func serveMetricsOn(ctx context.Context, e *env, ln net.Listener, ready func(context.Context) error) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(e.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
@@ -183,7 +189,6 @@ func serveMetrics(ctx context.Context, e *env, addr string, ready func(context.C
 	}()
 	go func() { _ = srv.Serve(ln) }()
 	e.log.Info("metrics listening", "addr", ln.Addr().String())
-	return nil
 }
 
 func newLogger(level, format string) *slog.Logger {

@@ -22,7 +22,6 @@ func TestMetricsListenerReadyz(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	ln.Close()
 
 	var down atomic.Bool
 	ready := func(context.Context) error {
@@ -32,9 +31,7 @@ func TestMetricsListenerReadyz(t *testing.T) {
 		return nil
 	}
 	e := &env{log: slog.New(slog.DiscardHandler), reg: newRegistry()}
-	if err := serveMetrics(t.Context(), e, addr, ready); err != nil {
-		t.Fatal(err)
-	}
+	serveMetricsOn(t.Context(), e, ln, ready)
 	get := func(path string) (int, string) {
 		t.Helper()
 		resp, err := http.Get("http://" + addr + path)
