@@ -7,10 +7,7 @@
 package deploy_test
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"sync"
@@ -22,23 +19,7 @@ import (
 // binary is the paystream binary built for these tests.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "paystream-deploy-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "paystream")
-	build := exec.Command("go", "build", "-o", binary, "github.com/paystream/paystream/cmd/paystream")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build paystream:", err)
-		os.Exit(1)
-	}
-	code := testenv.Wrap(m).Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainWithBinary(m, &binary) }
 
 // repoRoot is the repository's root: the tests run in deploy/.
 const repoRoot = ".."

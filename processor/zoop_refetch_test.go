@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
-	"github.com/paystream/paystream/internal/money"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
 	"github.com/paystream/paystream/internal/provider/zoop"
@@ -174,38 +173,8 @@ func (z *zoopPipeline) refetches(outcome string) float64 {
 	return n
 }
 
-// zoopTransaction is a card transaction of 250.00 as Zoop's API shows it at
-// stage 0 (pre-authorized), 1 (captured), 2 (50.00 voided) or 3 (the rest
-// voided: canceled).
-func zoopTransaction(marketplace, id string, stage int) gatewaytest.ZoopTransaction {
-	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
-	h := func(hid, opType string, amount int64, at time.Time) gatewaytest.ZoopHistory {
-		return gatewaytest.ZoopHistory{ID: hid, Transaction: id, Amount: money.Format(amount, "BRL"), OperationType: opType, Status: "succeeded", CreatedAt: gatewaytest.ZoopHistoryTime(at)}
-	}
-	tx := gatewaytest.ZoopTransaction{
-		ID: id, Resource: "transaction", Status: "pre_authorized", Amount: "250.00", Currency: "BRL", PaymentType: "credit",
-		OnBehalfOf: "de9bddee5f9f436d909e7bafaa43af24", Metadata: map[string]string{"order_id": "10293"},
-		URI: zoop.TransactionPath(marketplace, id), CreatedAt: gatewaytest.ZoopTime(t0),
-		History: []gatewaytest.ZoopHistory{h(id[:8]+"h0", "created", 25000, t0), h(id[:8]+"h1", "pre_authorization", 25000, t0.Add(time.Second))},
-	}
-	tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(time.Second))
-	if stage >= 1 {
-		tx.Status, tx.Captured = "succeeded", true
-		tx.History = append(tx.History, h(id[:8]+"h2", "capture", 25000, t0.Add(time.Hour)))
-		tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(time.Hour))
-	}
-	if stage >= 2 {
-		tx.History = append(tx.History, h(id[:8]+"v1", "void", 5000, t0.Add(24*time.Hour)))
-		tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(24 * time.Hour))
-	}
-	if stage >= 3 {
-		tx.Status, tx.Voided = "canceled", true
-		tx.History = append(tx.History, h(id[:8]+"v2", "void", 20000, t0.Add(48*time.Hour)))
-		tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(48 * time.Hour))
-		tx.VoidedAt = tx.UpdatedAt
-	}
-	return tx
-}
+// zoopTransaction is gatewaytest.ZoopCardLifecycle.
+var zoopTransaction = gatewaytest.ZoopCardLifecycle
 
 // TestZoopRefetchThroughProcessor runs Zoop events through the real
 // processor against a real HTTP server playing Zoop's API:

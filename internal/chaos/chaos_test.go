@@ -2,11 +2,7 @@ package chaos
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,23 +14,7 @@ import (
 // sink.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "paystream-chaos-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "paystream")
-	build := exec.Command("go", "build", "-o", binary, "github.com/paystream/paystream/cmd/paystream")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build paystream:", err)
-		os.Exit(1)
-	}
-	code := testenv.Wrap(m).Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.MainWithBinary(m, &binary) }
 
 // TestChaosSubset is `make chaos` in small, on the shared stack: the
 // processor SIGKILLed three times, and every processor↔Postgres

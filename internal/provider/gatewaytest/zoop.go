@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paystream/paystream/internal/money"
 )
 
 // Zoop's fake API defaults.
@@ -220,3 +222,37 @@ func ZoopTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05+0
 // ZoopHistoryTime formats t as Zoop's history entries do, zone-less UTC:
 // "2020-07-06 14:01:48".
 func ZoopHistoryTime(t time.Time) string { return t.UTC().Format(time.DateTime) }
+
+// ZoopCardLifecycle is a card transaction of BRL 250.00 of marketplace as
+// Zoop's API shows it at a stage of its life: 0 pre-authorized, 1
+// captured, 2 partially voided (50.00), 3 voided in full (canceled). Its
+// history ids derive from id; times start on 2 November 2026, 10:00 UTC.
+func ZoopCardLifecycle(marketplace, id string, stage int) ZoopTransaction {
+	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
+	h := func(hid, opType string, amount int64, at time.Time) ZoopHistory {
+		return ZoopHistory{ID: hid, Transaction: id, Amount: money.Format(amount, "BRL"), OperationType: opType, Status: "succeeded", CreatedAt: ZoopHistoryTime(at)}
+	}
+	tx := ZoopTransaction{
+		ID: id, Resource: "transaction", Status: "pre_authorized", Amount: "250.00", Currency: "BRL", PaymentType: "credit",
+		OnBehalfOf: "de9bddee5f9f436d909e7bafaa43af24", Metadata: map[string]string{"order_id": "10293"},
+		URI: "/v1/marketplaces/" + marketplace + "/transactions/" + id, CreatedAt: ZoopTime(t0),
+		History: []ZoopHistory{h(id[:8]+"h0", "created", 25000, t0), h(id[:8]+"h1", "pre_authorization", 25000, t0.Add(time.Second))},
+	}
+	tx.UpdatedAt = ZoopTime(t0.Add(time.Second))
+	if stage >= 1 {
+		tx.Status, tx.Captured = "succeeded", true
+		tx.History = append(tx.History, h(id[:8]+"h2", "capture", 25000, t0.Add(time.Hour)))
+		tx.UpdatedAt = ZoopTime(t0.Add(time.Hour))
+	}
+	if stage >= 2 {
+		tx.History = append(tx.History, h(id[:8]+"v1", "void", 5000, t0.Add(24*time.Hour)))
+		tx.UpdatedAt = ZoopTime(t0.Add(24 * time.Hour))
+	}
+	if stage >= 3 {
+		tx.Status, tx.Voided = "canceled", true
+		tx.History = append(tx.History, h(id[:8]+"v2", "void", 20000, t0.Add(48*time.Hour)))
+		tx.UpdatedAt = ZoopTime(t0.Add(48 * time.Hour))
+		tx.VoidedAt = tx.UpdatedAt
+	}
+	return tx
+}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paystream/paystream/internal/money"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
@@ -81,37 +80,9 @@ func fetch(t *testing.T, src *source.Source, client *http.Client, id string) ([]
 	return src.Driver.(*Driver).ParseRefetchFor(id, body)
 }
 
-// transaction is a card transaction of BRL 250.00 of gw's marketplace at a
-// stage of its life: 0 pre-authorized, 1 captured, 2 partially voided
-// (50.00), 3 voided in full (canceled).
+// transaction is gatewaytest.ZoopCardLifecycle for gw's marketplace.
 func transaction(gw *gatewaytest.Zoop, id string, stage int) gatewaytest.ZoopTransaction {
-	t0 := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
-	h := func(hid, opType string, amount int64, at time.Time) gatewaytest.ZoopHistory {
-		return gatewaytest.ZoopHistory{ID: hid, Transaction: id, Amount: money.Format(amount, "BRL"), OperationType: opType, Status: "succeeded", CreatedAt: gatewaytest.ZoopHistoryTime(at)}
-	}
-	tx := gatewaytest.ZoopTransaction{
-		ID: id, Resource: "transaction", Status: "pre_authorized", Amount: "250.00", Currency: "BRL", PaymentType: "credit",
-		OnBehalfOf: "de9bddee5f9f436d909e7bafaa43af24", Metadata: map[string]string{"order_id": "10293"},
-		URI: TransactionPath(gw.MarketplaceID(), id), CreatedAt: gatewaytest.ZoopTime(t0),
-		History: []gatewaytest.ZoopHistory{h(id[:8]+"h0", "created", 25000, t0), h(id[:8]+"h1", "pre_authorization", 25000, t0.Add(time.Second))},
-	}
-	tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(time.Second))
-	if stage >= 1 {
-		tx.Status, tx.Captured = "succeeded", true
-		tx.History = append(tx.History, h(id[:8]+"h2", "capture", 25000, t0.Add(time.Hour)))
-		tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(time.Hour))
-	}
-	if stage >= 2 {
-		tx.History = append(tx.History, h(id[:8]+"v1", "void", 5000, t0.Add(24*time.Hour)))
-		tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(24 * time.Hour))
-	}
-	if stage >= 3 {
-		tx.Status, tx.Voided = "canceled", true
-		tx.History = append(tx.History, h(id[:8]+"v2", "void", 20000, t0.Add(48*time.Hour)))
-		tx.UpdatedAt = gatewaytest.ZoopTime(t0.Add(48 * time.Hour))
-		tx.VoidedAt = tx.UpdatedAt
-	}
-	return tx
+	return gatewaytest.ZoopCardLifecycle(gw.MarketplaceID(), id, stage)
 }
 
 // TestRefetchAgainstZoop refetches through a real HTTP server playing
