@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,9 +19,16 @@ import (
 // private Postgres with wal_level=logical) and checks the sink's contract
 // through kfake's transactions: a read_committed consumer of the state
 // topic sees every state event once and each payment's events in order,
-// across a SIGKILL of the whole process — relay and broker together —
-// taken while webhooks were still flowing, and a restart on the same data
-// dir (the relay reads its checkpoint back from kfake's persisted log).
+// across a stop of the whole process — relay and broker together — while
+// webhooks were still flowing, and a restart on the same data dir (the
+// relay reads its checkpoint back from kfake's persisted log).
+//
+// The stop is a SIGTERM, not a SIGKILL: kfake does not recover a Kafka
+// transaction a SIGKILL leaves open (after the restart its last stable
+// offset counts the open transaction's records while read_committed
+// fetches never return them, so readers wait forever; seen in about one
+// run in four). SIGKILL of the relay is proven on the real broker
+// (sink's TestRelaySIGKILL, make chaos's sink-sigkill).
 func TestDevSinkExactlyOnceOnKfake(t *testing.T) {
 	testenv.SkipIfShort(t)
 	t.Parallel()
@@ -45,7 +53,7 @@ func TestDevSinkExactlyOnceOnKfake(t *testing.T) {
 	}
 	waitStateRecords(t, dataDir, before)
 
-	// Webhooks still being processed and relayed when the process dies.
+	// Webhooks still being processed and relayed when the process stops.
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
@@ -58,7 +66,7 @@ func TestDevSinkExactlyOnceOnKfake(t *testing.T) {
 	for i := range during {
 		want[fmt.Sprintf("acme:pay_b%d", i)] = 1
 	}
-	if err := dev.cmd.Process.Kill(); err != nil {
+	if err := dev.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	<-dev.done
