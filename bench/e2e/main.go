@@ -102,6 +102,7 @@ type options struct {
 	quick         bool
 	keep          bool
 	jsonPath      string
+	profileDir    string
 }
 
 func main() {
@@ -125,6 +126,7 @@ func main() {
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries")
 	flag.BoolVar(&o.keep, "keep", false, "keep the schemas after the run (topics are always deleted)")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
+	flag.StringVar(&o.profileDir, "profile", "", "write CPU profiles of ingest, processor and sink (8 s from 3 s into the load) to this directory")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -154,6 +156,11 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.quick {
 		o.deliveries /= 10
+	}
+	if o.profileDir != "" {
+		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
+			return err
+		}
 	}
 	if o.rate < 0 {
 		return fmt.Errorf("-rate %v: want a positive rate, or 0 for as fast as possible", o.rate)

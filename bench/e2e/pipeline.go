@@ -108,8 +108,11 @@ type pipelineRun struct {
 	group                   string
 	ingest, processor, sink *proc
 	ingestURL               string
-	adm                     *kadm.Client
-	cl                      *kgo.Client
+	// ingestMetrics, processorMetrics and sinkMetrics serve /metrics and
+	// /debug/pprof.
+	ingestMetrics, processorMetrics, sinkMetrics string
+	adm                                          *kadm.Client
+	cl                                           *kgo.Client
 }
 
 // setUpPipeline creates a fresh schema, migrates it and fresh topics with
@@ -142,13 +145,24 @@ func (b *bench) setUpPipeline(ctx context.Context, suffix string) (*pipelineRun,
 		return r, err
 	}
 	r.ingestURL = "http://" + addr
-	if r.ingest, err = start("ingest", b.binary, append([]string{"ingest", "--sources", b.sourcesPath, "--http-addr", addr}, common...)...); err != nil {
+	if r.ingestMetrics, err = freeAddr(); err != nil {
 		return r, err
 	}
-	if r.processor, err = start("processor", b.binary, append([]string{"processor", "--database-url", r.url, "--group", r.group}, common...)...); err != nil {
+	if r.ingest, err = start("ingest", b.binary, append([]string{"ingest", "--sources", b.sourcesPath, "--http-addr", addr,
+		"--metrics-addr", r.ingestMetrics}, common...)...); err != nil {
 		return r, err
 	}
-	if r.sink, err = start("sink", b.binary, append([]string{"sink", "--database-url", r.url}, common...)...); err != nil {
+	if r.processorMetrics, err = freeAddr(); err != nil {
+		return r, err
+	}
+	if r.sinkMetrics, err = freeAddr(); err != nil {
+		return r, err
+	}
+	if r.processor, err = start("processor", b.binary, append([]string{"processor", "--database-url", r.url, "--group", r.group,
+		"--metrics-addr", r.processorMetrics}, common...)...); err != nil {
+		return r, err
+	}
+	if r.sink, err = start("sink", b.binary, append([]string{"sink", "--database-url", r.url, "--metrics-addr", r.sinkMetrics}, common...)...); err != nil {
 		return r, err
 	}
 	if err := waitHTTP(ctx, r.ingest, r.ingestURL+"/readyz"); err != nil {

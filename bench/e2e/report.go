@@ -102,6 +102,12 @@ func (rep *report) markdown() string {
 	}
 	row("CPU µs/delivery: all of the above", p.cpuTotal(), b.cpuTotal(), "%.0f")
 	row("WAL bytes/delivery", p.WALBytesPerDelivery, b.WALBytesPerDelivery, "%.0f")
+	if p.ProcessorTransactions > 0 {
+		only("deliveries per Postgres transaction", fmt.Sprintf("%.1f (%d transactions)", p.DeliveriesPerTransaction, p.ProcessorTransactions), "1")
+	}
+	if p.SinkTransactions > 0 {
+		only("state events per Kafka transaction (relay)", fmt.Sprintf("%.1f (%d transactions)", p.EventsPerSinkTransaction, p.SinkTransactions), "—")
+	}
 
 	sb.WriteString("\n")
 	for _, r := range []*result{p, b} {

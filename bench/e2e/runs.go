@@ -36,6 +36,15 @@ type result struct {
 	WALBytesPerDelivery float64            `json:"wal_bytes_per_delivery"`
 	// Check says whether every payment ended as the workload says.
 	Check string `json:"check"`
+	// ProcessorTransactions are the processor's batch transactions, and
+	// DeliveriesPerTransaction their mean size (paystream only: the
+	// baseline commits once per delivery).
+	ProcessorTransactions    int64   `json:"processor_transactions,omitempty"`
+	DeliveriesPerTransaction float64 `json:"deliveries_per_processor_transaction,omitempty"`
+	// SinkTransactions are the relay's Kafka transactions, and
+	// EventsPerSinkTransaction their mean number of state events.
+	SinkTransactions         int64   `json:"sink_kafka_transactions,omitempty"`
+	EventsPerSinkTransaction float64 `json:"state_events_per_sink_transaction,omitempty"`
 	// Pacing is set in a run at a fixed arrival rate (-rate).
 	Pacing *pacing `json:"pacing,omitempty"`
 }
@@ -124,6 +133,12 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 		return nil, err
 	}
 	started := time.Now()
+	if b.profileDir != "" {
+		// Profiles of the middle of the load: a few seconds in, for a
+		// third of the expected run.
+		wg := pr.profile(ctx, b.profileDir, 3*time.Second, 8*time.Second)
+		defer wg.Wait()
+	}
 	sched, paced := b.schedule()
 	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: pr.ingestURL, Schedule: sched, Concurrency: b.concurrency,
 		OnAnswer: ans.record, Progress: progress("paystream", b.workload.Len())})
@@ -176,6 +191,7 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 	if err := b.finish(ctx, r, &m, cpu0, wal0); err != nil {
 		return nil, err
 	}
+	pr.batchSizes(ctx, r)
 	r.EndToEnd = recorded.Sub(started).Seconds()
 	r.EndToEndPerSec = float64(b.workload.Len()) / r.EndToEnd
 
