@@ -75,6 +75,7 @@ func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loade
 			return err
 		})
 	}
+	queueCustomPlans(b, true)
 	if len(keys) > 0 {
 		sources, dedups := make([]string, len(keys)), make([]string, len(keys))
 		for i, k := range keys {
@@ -89,8 +90,28 @@ func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loade
 			return err
 		})
 	}
-	QueueLoadPayments(b, payments, out.Payments)
+	queueLoadPayments(b, payments, out.Payments)
 	return out
+}
+
+// Lookups by key in dedup_keys and payments are planned for each batch's
+// own arrays (plan_cache_mode force_custom_plan around them). With the plan
+// cache's generic plan, a statement first prepared while those tables were
+// small (a new schema, a deployment's first minutes) kept a sequential scan
+// until autovacuum's next ANALYZE, and every batch then compared its keys
+// with every row: in bench-e2e, 780 dedup_keys rows read per delivery, half
+// of Postgres's CPU. A custom plan sees the arrays' lengths and the tables'
+// current size. Only these statements pay for planning: the deliveries
+// statements keep generic plans (planning them for each batch, over every
+// day partition, cost more than a quarter of Postgres's CPU), which are
+// right from the start, since their filters match the partial index on the
+// few waiting rows.
+func queueCustomPlans(b *pgx.Batch, on bool) {
+	mode := "auto"
+	if on {
+		mode = "force_custom_plan"
+	}
+	b.Queue(`SELECT set_config('plan_cache_mode', $1, true)`, mode)
 }
 
 // Check reports whether the sent statements of l returned what was asked.
@@ -126,6 +147,12 @@ func (l *Loaded) Check() error {
 // same new payment, or the same dedup key, and the second fails with a
 // unique violation and is retried against the first one's result.
 func QueueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayment) {
+	queueCustomPlans(b, true)
+	queueLoadPayments(b, keys, into)
+}
+
+// queueLoadPayments is QueueLoadPayments with custom plans already on.
+func queueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayment) {
 	for _, k := range keys {
 		if into[k] == nil {
 			into[k] = &LoadedPayment{Key: k}
@@ -143,6 +170,7 @@ func QueueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayme
 			})
 			return err
 		})
+	queueCustomPlans(b, false)
 	b.Queue(`
 		SELECT `+deliveryColumns+` FROM deliveries
 		 WHERE payment_key = ANY($1) AND status = 'deferred'
@@ -240,11 +268,13 @@ func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
 // QueueWrite queues Write's statements on pb, so they can share a round
 // trip with others (the move of the partition's offset, queued after them).
 func QueueWrite(pb *pgx.Batch, b *Batch) error {
-	if err := queueDeliveries(pb, b.Deliveries); err != nil {
+	duplicates, err := queueDeliveries(pb, b.Deliveries)
+	if err != nil {
 		return err
 	}
 	queueOutcomes(pb, b.Outcomes)
-	if err := queuePayments(pb, b.Payments); err != nil {
+	updates, err := queuePayments(pb, b.Payments)
+	if err != nil {
 		return err
 	}
 	queueTransitions(pb, b.Transitions)
@@ -256,10 +286,24 @@ func QueueWrite(pb *pgx.Batch, b *Batch) error {
 		}
 		pb.Queue(statelog.EmitMessageSQL, frame)
 	}
+	// Last, together: the two writes that look rows up by key in
+	// dedup_keys and payments, with custom plans (queueCustomPlans).
+	if duplicates != nil || updates != nil {
+		queueCustomPlans(pb, true)
+		for _, queue := range []func(){duplicates, updates} {
+			if queue != nil {
+				queue()
+			}
+		}
+		queueCustomPlans(pb, false)
+	}
 	return nil
 }
 
-func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
+// queueDeliveries queues the insert of first deliveries and their dedup
+// keys, and returns the function that queues the insert of redeliveries
+// (nil without any), which looks their first delivery up in dedup_keys.
+func queueDeliveries(b *pgx.Batch, ds []Delivery) (duplicates func(), err error) {
 	var (
 		ids, offsets, dupIDs, dupOffsets                          []int64
 		recorded, received, dupRecorded, dupReceived              []time.Time
@@ -325,7 +369,11 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
 			topic, partition, ids, recorded, sources, dedups, eventIDs, types, keys, statuses, reasons,
 			drivers, paymentIDs, factStatuses, amounts, currencies, refundIDs, refetch, bodies, offsets, occurred, received)
 	}
-	if n := len(dupIDs); n > 0 {
+	n := len(dupIDs)
+	if n == 0 {
+		return nil, nil
+	}
+	return func() {
 		b.Queue(`
 			INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
 			                        topic, partition, kafka_offset, occurred_at, received_at)
@@ -345,8 +393,7 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
 				}
 				return nil
 			})
-	}
-	return nil
+	}, nil
 }
 
 func queueOutcomes(b *pgx.Batch, os []Outcome) {
@@ -370,7 +417,9 @@ func queueOutcomes(b *pgx.Batch, os []Outcome) {
 		})
 }
 
-func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
+// queuePayments queues the insert of new payments, and returns the
+// function that queues the update of stored ones (nil without any).
+func queuePayments(b *pgx.Batch, ps []PaymentWrite) (updates func(), err error) {
 	var (
 		keys, sources, ids, statuses, currencies, states []string
 		versions, amounts                                []int64
@@ -380,14 +429,14 @@ func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
 	for _, p := range ps {
 		st, err := json.Marshal(p.State)
 		if err != nil {
-			return fmt.Errorf("encode payment state: %w", err)
+			return nil, fmt.Errorf("encode payment state: %w", err)
 		}
 		keys, sources, ids, statuses, currencies, states = append(keys, p.Key), append(sources, p.Source), append(ids, p.PaymentID),
 			append(statuses, string(p.State.Status)), append(currencies, p.State.Currency), append(states, string(st))
 		versions, amounts, lastEvents, fresh = append(versions, p.State.Version), append(amounts, p.State.AmountMinor), append(lastEvents, nullTime(p.LastEventAt)), append(fresh, p.New)
 	}
 	if len(keys) == 0 {
-		return nil
+		return nil, nil
 	}
 	// New payments are inserted, stored ones updated in place (HOT: no
 	// indexed column changes, and the table leaves room on each page): no
@@ -409,16 +458,17 @@ func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
 			keys, sources, ids, statuses, versions, amounts, currencies, states, lastEvents, fresh)
 	}
 	if news == len(keys) {
-		return nil
+		return nil, nil
 	}
-	b.Queue(`
+	return func() {
+		b.Queue(`
 		UPDATE payments p SET status = u.st, version = u.v, amount_minor = u.a, currency = u.c, state = u.j,
 		       last_event_at = GREATEST(p.last_event_at, u.l), updated_at = now()
 		  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::json[], $7::timestamptz[], $8::bool[])
 		       AS u(k, st, v, a, c, j, l, new)
 		 WHERE p.payment_key = u.k AND NOT u.new`,
-		keys, statuses, versions, amounts, currencies, states, lastEvents, fresh)
-	return nil
+			keys, statuses, versions, amounts, currencies, states, lastEvents, fresh)
+	}, nil
 }
 
 func queueTransitions(b *pgx.Batch, ts []TransitionWrite) {

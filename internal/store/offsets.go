@@ -113,15 +113,6 @@ func (l *PartitionLock) Result() (next, owner int64, err error) {
 // Result reports it.
 func QueueLockPartition(b *pgx.Batch, group, topic string, partition int32, bounds Bounds) *PartitionLock {
 	l := &PartitionLock{name: topic + "/" + strconv.Itoa(int(partition))}
-	// Every statement of a batch is planned for its own arrays: with the
-	// plan cache's generic plan, a statement first prepared while a table
-	// was small (a new schema, the first minutes of a deployment) kept a
-	// sequential scan until autovacuum's next ANALYZE, and each batch then
-	// compared its dedup keys and payment keys with every row (measured in
-	// bench-e2e: 780 dedup_keys rows read per delivery, half of Postgres's
-	// CPU). A custom plan sees the batch's array lengths and the table's
-	// current size; planning a dozen statements costs far less than that.
-	b.Queue(`SELECT set_config('plan_cache_mode', 'force_custom_plan', true)`)
 	if bounds.IdleInTransaction > 0 {
 		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
 			Millis(bounds.IdleInTransaction), Millis(bounds.Statement))

@@ -1,0 +1,136 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/store"
+	"github.com/paystream/paystream/internal/testenv"
+)
+
+// A deployment starts with empty tables: every statement a batch prepares
+// is first planned against a few rows. The key lookups in dedup_keys and
+// payments must still use their primary keys once the tables have grown,
+// before any ANALYZE: with the plan cache's generic plan, made on the empty
+// tables, each batch read every row of both (bench-e2e: 780 dedup_keys rows
+// per delivery).
+func TestKeyLookupsUseIndexesAfterTablesGrow(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := t.Context()
+	conn, err := db.Pool.Acquire(ctx) // one session: its statement cache is what is tested
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	for _, sql := range []string{
+		// No ANALYZE during the test: only the tables' size tells the
+		// planner they grew.
+		`ALTER TABLE dedup_keys SET (autovacuum_enabled = false)`,
+		`ALTER TABLE payments SET (autovacuum_enabled = false)`,
+		`INSERT INTO dedup_keys VALUES ('acme', 'evt_0', 1, now())`,
+		`INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state)
+		 VALUES ('acme:pay_0', 'acme', 'pay_0', 'paid', 1, 100, 'BRL', '{}')`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+
+	// A batch's reads and its key-looking writes (a redelivery, a payment
+	// update), rolled back: only the plans stay.
+	batch := func(keys int) {
+		t.Helper()
+		dedup, payments := make([]store.DedupKey, keys), make([]string, keys)
+		for i := range keys {
+			dedup[i] = store.DedupKey{Source: "acme", Key: fmt.Sprintf("evt_%d", i*7)}
+			payments[i] = fmt.Sprintf("acme:pay_%d", i*7)
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			loaded, err := store.Load(ctx, tx, 1, dedup, payments)
+			if err != nil {
+				return err
+			}
+			if !loaded.Known[dedup[0]] || !loaded.Payments[payments[0]].Found {
+				return fmt.Errorf("stored key or payment not found: %+v", loaded)
+			}
+			now := time.Now().UTC()
+			err = store.Write(ctx, tx, &store.Batch{
+				Deliveries: []store.Delivery{{ID: loaded.IDs[0], RecordedAt: now, Topic: "raw", Offset: 1, Duplicate: true,
+					Envelope: envelope.Raw{Source: "acme", PaymentKey: payments[0], ReceivedAt: now, Event: provider.Event{DedupKey: dedup[0].Key}}}},
+				Payments: []store.PaymentWrite{{Key: payments[0], Source: "acme", PaymentID: "pay_0",
+					State: payment.State{Status: payment.StatusPaid, Version: 1, AmountMinor: 100, Currency: "BRL"}}},
+			})
+			if err != nil {
+				return err
+			}
+			return errRollback
+		})
+		if err != errRollback {
+			t.Fatalf("batch: %v", err)
+		}
+	}
+	// More than the plan cache's five custom plans before it considers a
+	// generic one, on the tiny tables.
+	for range 10 {
+		batch(30)
+	}
+
+	if _, err := conn.Exec(ctx, `
+		INSERT INTO dedup_keys SELECT 'acme', 'evt_' || i, i, now() FROM generate_series(1, 100000) AS i;
+		INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state)
+		SELECT 'acme:pay_' || i, 'acme', 'pay_' || i, 'paid', 1, 100, 'BRL', '{}' FROM generate_series(1, 100000) AS i`); err != nil {
+		t.Fatal(err)
+	}
+	before := seqScans(t, conn)
+	for range 5 {
+		batch(30)
+	}
+	after := seqScans(t, conn)
+	for table, n := range after {
+		if n != before[table] {
+			t.Errorf("%s: %d sequential scans (%d rows read) by 5 batches of 30 keys, want none",
+				table, n.scans-before[table].scans, n.rows-before[table].rows)
+		}
+	}
+}
+
+var errRollback = fmt.Errorf("roll back")
+
+type scans struct{ scans, rows int64 }
+
+// seqScans returns the sequential scans of dedup_keys and payments so far,
+// this session's included.
+func seqScans(t *testing.T, conn *pgxpool.Conn) map[string]scans {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	// The session's counters reach the shared statistics when it is idle.
+	if _, err := conn.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT relname, seq_scan, seq_tup_read FROM pg_stat_user_tables
+		 WHERE schemaname = current_schema() AND relname IN ('dedup_keys', 'payments')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]scans{}
+	var name string
+	var s scans
+	if _, err := pgx.ForEachRow(rows, []any{&name, &s.scans, &s.rows}, func() error { out[name] = s; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 {
+		t.Fatalf("statistics of %d tables, want 2", len(out))
+	}
+	return out
+}
