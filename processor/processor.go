@@ -311,6 +311,15 @@ func (p *Processor) Run(ctx context.Context) error {
 		kgo.FetchMaxBytes(4 << 20),
 		kgo.FetchMaxPartitionBytes(1 << 20),
 		kgo.MaxConcurrentFetches(1),
+		// Fewer, fuller fetches: the broker answers once 64 KiB are ready
+		// or half the batch wait has passed, instead of at once with the
+		// few records that arrived since the last answer. Under load that
+		// is a fetch per ~40 records instead of one per few (bench-e2e:
+		// processor CPU per delivery ≈ 85 → ≈ 55 µs); when quiet it adds
+		// at most half of --batch-max-wait (but 10 ms, franz-go's least)
+		// to a record's latency.
+		kgo.FetchMinBytes(64 << 10),
+		kgo.FetchMaxWait(max(p.cfg.BatchMaxWait/2, 10*time.Millisecond)),
 	}, p.cfg.KafkaOpts...)
 	if p.cfg.InstanceID != "" {
 		opts = append(opts, kgo.InstanceID(p.cfg.InstanceID))
