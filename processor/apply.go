@@ -51,8 +51,10 @@ type delivery struct {
 	// inboxID is the delivery's id, allocated before it is stored so the
 	// rows that reference it are written in the same round trip.
 	inboxID int64
-	// duplicate marks a redelivery of an event whose dedup key is stored.
-	duplicate bool
+	// duplicate marks a redelivery of an event whose dedup key is stored,
+	// and duplicateOf is the first delivery's id.
+	duplicate   bool
+	duplicateOf int64
 	// refetched, when not nil, are the facts the gateway's API asserted
 	// for the payment: applied instead of the webhook's own fact.
 	refetched []payment.Fact
@@ -291,9 +293,14 @@ func (a *applier) queueLoad(b *pgx.Batch, ds []delivery) func() (map[string]*pay
 		loadedPayments(loaded.Payments, payments)
 		for i := range ds {
 			d := &ds[i]
-			d.duplicate = loaded.Known[keys[i]]
-			loaded.Known[keys[i]] = true
 			d.inboxID = loaded.IDs[i]
+			// A key stored before, or by an earlier record of this batch,
+			// is a redelivery of that first delivery.
+			if first, ok := loaded.Known[keys[i]]; ok {
+				d.duplicate, d.duplicateOf = true, first
+			} else {
+				loaded.Known[keys[i]] = d.inboxID
+			}
 		}
 		return payments, nil
 	}
@@ -392,7 +399,7 @@ func (a *applier) queueWrite(b *pgx.Batch, w *writes, ds []delivery, payments ma
 		}
 		sd := store.Delivery{
 			ID: d.inboxID, RecordedAt: recordedAt, Topic: d.rec.Topic, Partition: d.rec.Partition, Offset: d.rec.Offset,
-			Envelope: d.env, Duplicate: d.duplicate,
+			Envelope: d.env, Duplicate: d.duplicate, DuplicateOf: d.duplicateOf,
 		}
 		if !d.duplicate {
 			at, ok := w.outcomeAt[d.inboxID]

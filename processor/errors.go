@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/paystream/paystream/internal/store"
 )
 
 // ErrFenced is returned when a worker's commit finds that another worker has
@@ -72,8 +71,6 @@ func classify(err error) failure {
 		return classifySQLState(pgErr.Code)
 	}
 	switch {
-	case errors.Is(err, store.ErrDedupRace):
-		return failure{class: classContention}
 	case errors.Is(err, context.DeadlineExceeded):
 		return failure{class: classTimeout, fix: "the batch transaction exceeded its timeout; check Postgres load and locks"}
 	case pgconn.SafeToRetry(err), pgconn.Timeout(err), isConnError(err):

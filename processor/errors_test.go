@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/paystream/paystream/internal/store"
 )
 
 // TestClassify is the decision table: only an error caused by the record's
@@ -34,7 +33,6 @@ func TestClassify(t *testing.T) {
 		{"23503 foreign key violation", pg("23503"), true, classPoison},
 		{"54000 program limit (index row too large)", pg("54000"), true, classPoison},
 		{"23505 unique violation: a racing writer", pg("23505"), false, classContention},
-		{"inbox dedup race", fmt.Errorf("write effects: %w", store.ErrDedupRace), false, classContention},
 		{"40001 serialization failure", pg("40001"), false, classContention},
 		{"40P01 deadlock", pg("40P01"), false, classContention},
 		{"55P03 lock not available", pg("55P03"), false, classContention},

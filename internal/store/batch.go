@@ -38,8 +38,9 @@ type LoadedPayment struct {
 type Loaded struct {
 	// IDs are fresh delivery ids, in allocation order.
 	IDs []int64
-	// Known are the dedup keys already stored, of those asked.
-	Known map[DedupKey]bool
+	// Known are the dedup keys already stored, of those asked, with the id
+	// of the first delivery of each.
+	Known map[DedupKey]int64
 	// Payments are the payments asked, by key.
 	Payments map[string]*LoadedPayment
 
@@ -67,7 +68,7 @@ func Load(ctx context.Context, tx pgx.Tx, ids int, keys []DedupKey, payments []s
 // with others (the partition's lock, queued before them). The result is
 // filled once b is sent.
 func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loaded {
-	out := &Loaded{Known: map[DedupKey]bool{}, Payments: map[string]*LoadedPayment{}, ids: ids}
+	out := &Loaded{Known: map[DedupKey]int64{}, Payments: map[string]*LoadedPayment{}, ids: ids}
 	if ids > 0 {
 		b.Queue(`SELECT nextval('deliveries_id_seq') FROM generate_series(1, $1::int)`, ids).Query(func(rows pgx.Rows) error {
 			var id int64
@@ -82,11 +83,12 @@ func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loade
 			sources[i], dedups[i] = k.Source, k.Key
 		}
 		b.Queue(`
-			SELECT k.source, k.dedup_key FROM dedup_keys k
+			SELECT k.source, k.dedup_key, k.delivery_id FROM dedup_keys k
 			  JOIN unnest($1::text[], $2::text[]) AS u(source, dedup_key) ON k.source = u.source AND k.dedup_key = u.dedup_key`,
 			sources, dedups).Query(func(rows pgx.Rows) error {
 			var k DedupKey
-			_, err := pgx.ForEachRow(rows, []any{&k.Source, &k.Key}, func() error { out.Known[k] = true; return nil })
+			var first int64
+			_, err := pgx.ForEachRow(rows, []any{&k.Source, &k.Key, &first}, func() error { out.Known[k] = first; return nil })
 			return err
 		})
 	}
@@ -198,9 +200,11 @@ type Delivery struct {
 	Offset     int64
 	Envelope   envelope.Raw
 	// Duplicate marks a redelivery: stored as ignored duplicate_event,
-	// pointing at the first delivery, without its body. Status and Reason
-	// are then ignored.
-	Duplicate bool
+	// pointing at the first delivery (DuplicateOf, from Loaded.Known or
+	// the batch itself), without its body. Status and Reason are then
+	// ignored.
+	Duplicate   bool
+	DuplicateOf int64
 	Status    string
 	Reason    string
 }
@@ -247,8 +251,9 @@ type Batch struct {
 }
 
 // Write writes b in tx in one round trip: dedup keys of first deliveries
-// (the unique key is the deduplication: one already stored fails the
-// batch with ErrDedupRace), deliveries, outcomes (ErrOutcomeChanged if a
+// (the unique key is the deduplication: a key another transaction stored
+// since Load read them fails the batch with a unique violation, and its
+// retry sees a redelivery), deliveries, outcomes (ErrOutcomeChanged if a
 // row was decided meanwhile), payment states, transitions, their ledger
 // movements and the state events.
 func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
@@ -268,8 +273,7 @@ func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
 // QueueWrite queues Write's statements on pb, so they can share a round
 // trip with others (the move of the partition's offset, queued after them).
 func QueueWrite(pb *pgx.Batch, b *Batch) error {
-	duplicates, err := queueDeliveries(pb, b.Deliveries)
-	if err != nil {
+	if err := queueDeliveries(pb, b.Deliveries); err != nil {
 		return err
 	}
 	queueOutcomes(pb, b.Outcomes)
@@ -286,26 +290,19 @@ func QueueWrite(pb *pgx.Batch, b *Batch) error {
 		}
 		pb.Queue(statelog.EmitMessageSQL, frame)
 	}
-	// Last, together: the two writes that look rows up by key in
-	// dedup_keys and payments, with custom plans (queueCustomPlans).
-	if duplicates != nil || updates != nil {
+	// Last: the update of stored payments looks them up by key, with a
+	// custom plan (queueCustomPlans).
+	if updates != nil {
 		queueCustomPlans(pb, true)
-		for _, queue := range []func(){duplicates, updates} {
-			if queue != nil {
-				queue()
-			}
-		}
+		updates()
 		queueCustomPlans(pb, false)
 	}
 	return nil
 }
 
-// queueDeliveries queues the insert of first deliveries and their dedup
-// keys, and returns the function that queues the insert of redeliveries
-// (nil without any), which looks their first delivery up in dedup_keys.
-func queueDeliveries(b *pgx.Batch, ds []Delivery) (duplicates func(), err error) {
+func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
 	var (
-		ids, offsets, dupIDs, dupOffsets                          []int64
+		ids, offsets, dupIDs, dupOffsets, dupOf                   []int64
 		recorded, received, dupRecorded, dupReceived              []time.Time
 		sources, dedups, eventIDs, types, keys, statuses, reasons []string
 		drivers, paymentIDs, factStatuses, currencies, refundIDs  []string
@@ -322,6 +319,7 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) (duplicates func(), err error)
 		ev := d.Envelope.Event
 		if d.Duplicate {
 			dupIDs, dupOffsets, dupRecorded, dupReceived = append(dupIDs, d.ID), append(dupOffsets, d.Offset), append(dupRecorded, d.RecordedAt), append(dupReceived, d.Envelope.ReceivedAt)
+			dupOf = append(dupOf, d.DuplicateOf)
 			dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys = append(dupSources, d.Envelope.Source), append(dupDedups, ev.DedupKey),
 				append(dupEventIDs, ev.EventID), append(dupTypes, ev.Type), append(dupKeys, d.Envelope.PaymentKey)
 			dupOccurred = append(dupOccurred, nullTime(ev.Fact.OccurredAt))
@@ -369,31 +367,19 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) (duplicates func(), err error)
 			topic, partition, ids, recorded, sources, dedups, eventIDs, types, keys, statuses, reasons,
 			drivers, paymentIDs, factStatuses, amounts, currencies, refundIDs, refetch, bodies, offsets, occurred, received)
 	}
-	n := len(dupIDs)
-	if n == 0 {
-		return nil, nil
-	}
-	return func() {
+	if len(dupIDs) > 0 {
 		b.Queue(`
 			INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
 			                        topic, partition, kafka_offset, occurred_at, received_at)
-			SELECT u.id, u.recorded_at, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $3, k.delivery_id,
+			SELECT u.id, u.recorded_at, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $3, u.duplicate_of,
 			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
 			  FROM unnest($4::bigint[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[],
-			              $12::timestamptz[], $13::timestamptz[])
-			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, kafka_offset, occurred_at, received_at)
-			  JOIN dedup_keys k ON k.source = u.source AND k.dedup_key = u.dedup_key`,
-			topic, partition, ReasonDuplicateEvent, dupIDs, dupRecorded, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOffsets,
-			dupOccurred, dupReceived).
-			Exec(func(ct pgconn.CommandTag) error {
-				// A first delivery this batch did not see (not committed
-				// when it looked) is missing.
-				if int(ct.RowsAffected()) != n {
-					return ErrDedupRace
-				}
-				return nil
-			})
-	}, nil
+			              $12::bigint[], $13::timestamptz[], $14::timestamptz[])
+			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, duplicate_of, kafka_offset, occurred_at, received_at)`,
+			topic, partition, ReasonDuplicateEvent, dupIDs, dupRecorded, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOf, dupOffsets,
+			dupOccurred, dupReceived)
+	}
+	return nil
 }
 
 func queueOutcomes(b *pgx.Batch, os []Outcome) {

@@ -46,10 +46,6 @@ const (
 	ReasonAwaitingRefetch = "awaiting_refetch"
 )
 
-// ErrDedupRace fails a batch whose read of the dedup keys missed a first
-// delivery another transaction stored meanwhile; the retry sees it as a
-// duplicate.
-var ErrDedupRace = errors.New("dedup key stored concurrently; retrying the batch")
 
 // ErrOutcomeChanged is returned when a stored delivery's outcome was about
 // to be rewritten but the row no longer has the status it was read with:
