@@ -19,6 +19,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/sink"
 )
 
 // proc is a subprocess under test.
@@ -220,6 +222,15 @@ func (r *pipelineRun) tearDown() {
 	if !r.b.keep {
 		_, _ = r.b.admin.Exec(ctx, "DROP SCHEMA IF EXISTS "+r.schema+" CASCADE")
 	}
+	// The sink's slot and publication belong to the database, not the
+	// schema: a slot left behind holds WAL, and the catalog rows vacuum
+	// may remove, forever, and the server has a few dozen slots at most.
+	// The sink has stopped, so the slot is free.
+	slot := sink.SlotName(r.schema)
+	if _, err := r.b.admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
+		fmt.Fprintf(os.Stderr, "bench-e2e: drop replication slot %s: %v\n", slot, err)
+	}
+	_, _ = r.b.admin.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{slot}.Sanitize())
 }
 
 // consumed returns the raw records the processor has committed: the sum
