@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
 )
 
 // ErrFenced is returned when a worker's commit finds that another worker has

@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
 )
 
 // TestClassify is the decision table: only an error caused by the record's

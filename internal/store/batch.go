@@ -205,8 +205,8 @@ type Delivery struct {
 	// ignored.
 	Duplicate   bool
 	DuplicateOf int64
-	Status    string
-	Reason    string
+	Status      string
+	Reason      string
 }
 
 // Outcome is a new outcome for a stored delivery, written only if the row

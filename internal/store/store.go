@@ -46,7 +46,6 @@ const (
 	ReasonAwaitingRefetch = "awaiting_refetch"
 )
 
-
 // ErrOutcomeChanged is returned when a stored delivery's outcome was about
 // to be rewritten but the row no longer has the status it was read with:
 // another writer decided it meanwhile. Nothing was written by the statement.
