@@ -172,22 +172,28 @@ type batchOutcome struct {
 // the poisonous record alone is quarantined and the rest apply. Any other
 // failure aborts the transaction so the caller can retry it.
 func commitBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record) (batchOutcome, error) {
-	return commitRefetched(ctx, db, a, group, epoch, recs, nil)
+	return commitRefetched(ctx, db, a, group, epoch, -1, recs, nil)
 }
 
 // commitRefetched is commitBatch for a batch some of whose records were
 // refetched from their gateway beforehand: refetched holds, by offset, the
 // facts the gateway's API asserted, applied instead of the webhook's.
-func commitRefetched(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record, refetched map[int64][]payment.Fact) (batchOutcome, error) {
-	out, err := runBatch(ctx, db, a, group, epoch, recs, refetched, false)
+//
+// committed is the next offset the caller's last commit stored (-1: not
+// known). A stored offset below it means Postgres lost that commit:
+// ErrOffsetRolledBack. (A stored offset below the batch's first record is
+// not enough to tell: a transactional producer's commit markers take
+// offsets no consumer sees.)
+func commitRefetched(ctx context.Context, db beginner, a *applier, group string, epoch, committed int64, recs []*kgo.Record, refetched map[int64][]payment.Fact) (batchOutcome, error) {
+	out, err := runBatch(ctx, db, a, group, epoch, committed, recs, refetched, false)
 	if err != nil && isPoison(err) {
-		out, err = runBatch(ctx, db, a, group, epoch, recs, refetched, true)
+		out, err = runBatch(ctx, db, a, group, epoch, committed, recs, refetched, true)
 		out.slow = true
 	}
 	return out, err
 }
 
-func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch int64, recs []*kgo.Record, refetched map[int64][]payment.Fact, slow bool) (batchOutcome, error) {
+func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch, committed int64, recs []*kgo.Record, refetched map[int64][]payment.Fact, slow bool) (batchOutcome, error) {
 	var out batchOutcome
 	if len(recs) == 0 {
 		return out, nil
@@ -223,6 +229,9 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch 
 		}
 		if owner != epoch {
 			return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
+		}
+		if next < committed {
+			return fmt.Errorf("%w: %s/%d stored next offset %d, this worker committed up to %d", ErrOffsetRolledBack, topic, partition, next, committed)
 		}
 		// Records below the stored offset were applied by an earlier
 		// transaction (a retry after a commit whose answer was lost). What

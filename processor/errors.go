@@ -13,6 +13,14 @@ import (
 // transaction is rolled back and it stops.
 var ErrFenced = errors.New("partition claimed by a newer owner")
 
+// ErrOffsetRolledBack is returned when a partition's stored offset in
+// Postgres is below what its worker committed: Postgres lost committed
+// transactions (a failover to a replica that lagged, a restore from a
+// backup). Applying on would skip the records between the two, so the
+// processor stops instead (Run returns the error), and a restart resumes
+// every partition from Postgres's offsets, which applies them again.
+var ErrOffsetRolledBack = errors.New("stored offset went back: Postgres lost committed transactions")
+
 // poisonError marks a failure that will recur on every retry of the same
 // record: it is quarantined instead of retried.
 type poisonError struct{ err error }

@@ -20,6 +20,10 @@ type Worker struct {
 	topic     string
 	partition int32
 	epoch     int64
+	// committed is the partition's next offset as this worker last stored
+	// it (or found it when claiming the partition); only its goroutine
+	// uses it. Postgres holding less means it lost a commit.
+	committed int64
 
 	quit     chan struct{}
 	quitOnce sync.Once
@@ -50,12 +54,13 @@ type Worker struct {
 	sweeper *sweeper
 }
 
-func newWorker(p *Processor, topic string, partition int32, epoch int64) *Worker {
+func newWorker(p *Processor, topic string, partition int32, epoch, next int64) *Worker {
 	return &Worker{
 		p:         p,
 		topic:     topic,
 		partition: partition,
 		epoch:     epoch,
+		committed: next,
 		quit:      make(chan struct{}),
 		done:      make(chan struct{}),
 		highWater: p.cfg.BatchMaxRecords * p.cfg.MaxBufferedBatches,
@@ -229,7 +234,7 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		ctx, span := w.p.startBatchSpan(ctx, batch)
-		out, err := commitBatch(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, batch)
+		out, err := commitRefetched(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, w.committed, batch, nil)
 		endBatchSpan(span, out, err)
 		cancel()
 		if err == nil {
@@ -242,8 +247,16 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 				m.events.WithLabelValues(r.source, r.outcome, r.reason).Inc()
 			}
 			w.sweeper.kickIfAwaiting(out.results)
+			w.committed = out.next
 			w.p.stored(w.partition, out.next)
 			return true
+		}
+		if errors.Is(err, ErrOffsetRolledBack) {
+			w.p.log.Error("Postgres's stored offset went back: it lost committed transactions (a failover to a replica that lagged, a restore from a backup); stopping, so that a restart resumes every partition from Postgres's offsets and applies the lost records again",
+				"partition", w.partition, "error", err)
+			w.p.fenced(w)
+			w.p.stopRun(err)
+			return false
 		}
 		if errors.Is(err, ErrFenced) {
 			m.fenced.Inc()
