@@ -3,6 +3,7 @@ package topics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -167,13 +168,19 @@ func TestEnsureReportsAndFixesDrift(t *testing.T) {
 	if len(res.Drifts) != 5 {
 		t.Errorf("%d drifts, want 5", len(res.Drifts))
 	}
-	if have := configs(t, adm, l.Checkpoint); have["cleanup.policy"] != "compact" {
-		t.Errorf("checkpoint topic's cleanup.policy after Ensure = %q, want compact", have["cleanup.policy"])
-	}
-	have := configs(t, adm, l.Raw)
-	if have["max.message.bytes"] != "1463640" || have["retention.ms"] != "604800000" {
-		t.Errorf("raw configs after Ensure: max.message.bytes %s, retention.ms %s", have["max.message.bytes"], have["retention.ms"])
-	}
+	// The controller has committed Ensure's changes when it returns; a
+	// broker's answer to DescribeConfigs can lag them by a moment (seen
+	// once under make test's load), so the read-back waits for them.
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if have := configs(t, adm, l.Checkpoint); have["cleanup.policy"] != "compact" {
+			return fmt.Errorf("checkpoint topic's cleanup.policy after Ensure = %q, want compact", have["cleanup.policy"])
+		}
+		have := configs(t, adm, l.Raw)
+		if have["max.message.bytes"] != "1463640" || have["retention.ms"] != "604800000" {
+			return fmt.Errorf("raw configs after Ensure: max.message.bytes %s, retention.ms %s", have["max.message.bytes"], have["retention.ms"])
+		}
+		return nil
+	})
 	if n := partitions(t, adm, l.Raw); n != 5 {
 		t.Errorf("raw has %d partitions after Ensure, want the 5 it had", n)
 	}
