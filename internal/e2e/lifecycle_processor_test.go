@@ -141,6 +141,12 @@ func checkOffsetsCopied(t *testing.T, pool *pgxpool.Pool, brokers []string, grou
 	}
 	for p, stored := range storedOffsets(t, pool, group, topic) {
 		o, ok := fetched.Lookup(topic, p)
+		if !ok && stored == 0 {
+			// Claimed fresh and nothing applied yet (a short-lived
+			// processor may not reach a partition whose records come
+			// last in its first, backlogged fetch): no position to copy.
+			continue
+		}
 		if !ok || o.At != stored {
 			t.Errorf("partition %d: offset in Kafka %d (committed: %v), in Postgres %d", p, o.At, ok, stored)
 		}
