@@ -409,13 +409,12 @@ func TestGatewayServesEveryRefetchingSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	ln2, err := net.Listen("tcp", ln.Addr().String())
+	cfg.SourcesFile, cfg.GatewayListener = writeSources(t) // see TestPlanAndSaveLoad
+	loaded, err := Load(file, cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.GatewayListener = ln2
-	loaded, err := Load(file, cfg, nil)
-	if err != nil {
+	if _, built, err = readSources(cfg.SourcesFile); err != nil { // refetch asks the new gateway
 		t.Fatal(err)
 	}
 	defer loaded.Close()
@@ -553,12 +552,11 @@ func TestPlanAndSaveLoad(t *testing.T) {
 	}
 	t.Logf("%d payments, %d events, %d sends, %d inversions, drivers %v", len(o.Payments), len(o.Events), sends, inversions, drivers)
 
-	s.Close() // frees the gateway's listener for the next one
-	ln2, err := net.Listen("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.GatewayListener = ln2
+	s.Close()
+	// A gateway of its own, with sources pointing at it: binding the
+	// closed listener's port again raced other tests for it (bind:
+	// address already in use, once in CI). The plan depends on the seed.
+	cfg.SourcesFile, cfg.GatewayListener = writeSources(t)
 	again, err := New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -653,11 +651,8 @@ func TestDeliverRetriesUntilAcknowledged(t *testing.T) {
 	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
 	defer down.Close()
 	s.Close()
-	ln2, err := net.Listen("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s2, err := New(Config{SourcesFile: path, IngestURL: down.URL, Payments: 10, Seed: 12, GatewayListener: ln2, RetryLadder: ladder[:1]}, nil)
+	path2, ln2 := writeSources(t) // see TestPlanAndSaveLoad
+	s2, err := New(Config{SourcesFile: path2, IngestURL: down.URL, Payments: 10, Seed: 12, GatewayListener: ln2, RetryLadder: ladder[:1]}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
