@@ -1,26 +1,25 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // What the processes say about themselves: batch sizes from their metrics,
 // and CPU profiles (-profile) for finding where the CPU goes.
 
-// scrape reads the sums of the named counters and histogram series
-// (name_sum, name_count, or a counter's name) from a Prometheus text
-// exposition at url, summed over their labels.
-func scrape(ctx context.Context, url string, names ...string) (map[string]float64, error) {
+// scrape reads the metric families of a Prometheus text exposition at url.
+func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
@@ -33,38 +32,18 @@ func scrape(ctx context.Context, url string, names ...string) (map[string]float6
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	want := map[string]bool{}
-	for _, n := range names {
-		want[n] = true
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// sum adds up a counter family's values, or a histogram family's counts
+// and sums, over their labels.
+func sum(fams map[string]*dto.MetricFamily, name string) (value, count float64) {
+	for _, m := range fams[name].GetMetric() {
+		value += m.GetCounter().GetValue() + m.GetHistogram().GetSampleSum()
+		count += float64(m.GetHistogram().GetSampleCount())
 	}
-	out := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, rest, ok := strings.Cut(line, " ")
-		if i := strings.IndexByte(name, '{'); i >= 0 {
-			// Labels may hold spaces: the value is after the closing brace.
-			name = line[:i]
-			j := strings.LastIndexByte(line, '}')
-			if j < 0 {
-				continue
-			}
-			rest, ok = strings.TrimSpace(line[j+1:]), true
-		}
-		if !ok || !want[name] {
-			continue
-		}
-		if f := strings.Fields(rest); len(f) > 0 {
-			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
-				out[name] += v
-			}
-		}
-	}
-	return out, sc.Err()
+	return value, count
 }
 
 // batchSizes reads the processor's and the sink's metrics after a run:
@@ -73,20 +52,17 @@ func scrape(ctx context.Context, url string, names ...string) (map[string]float6
 func (r *pipelineRun) batchSizes(ctx context.Context, res *result) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if m, err := scrape(ctx, "http://"+r.processorMetrics+"/metrics",
-		"paystream_processor_batch_records_sum", "paystream_processor_batch_records_count"); err == nil {
-		if n := m["paystream_processor_batch_records_count"]; n > 0 {
-			res.ProcessorTransactions = int64(n)
-			res.DeliveriesPerTransaction = m["paystream_processor_batch_records_sum"] / n
+	if fams, err := scrape(ctx, "http://"+r.processorMetrics+"/metrics"); err == nil {
+		if records, n := sum(fams, "paystream_processor_batch_records"); n > 0 {
+			res.ProcessorTransactions, res.DeliveriesPerTransaction = int64(n), records/n
 		}
 	} else {
 		fmt.Fprintln(os.Stderr, "bench-e2e: processor metrics:", err)
 	}
-	if m, err := scrape(ctx, "http://"+r.sinkMetrics+"/metrics",
-		"paystream_sink_events_published_total", "paystream_sink_kafka_transaction_seconds_count"); err == nil {
-		if n := m["paystream_sink_kafka_transaction_seconds_count"]; n > 0 {
-			res.SinkTransactions = int64(n)
-			res.EventsPerSinkTransaction = m["paystream_sink_events_published_total"] / n
+	if fams, err := scrape(ctx, "http://"+r.sinkMetrics+"/metrics"); err == nil {
+		events, _ := sum(fams, "paystream_sink_events_published_total")
+		if _, n := sum(fams, "paystream_sink_kafka_transaction_seconds"); n > 0 {
+			res.SinkTransactions, res.EventsPerSinkTransaction = int64(n), events/n
 		}
 	} else {
 		fmt.Fprintln(os.Stderr, "bench-e2e: sink metrics:", err)
