@@ -273,12 +273,9 @@ func Write(ctx context.Context, tx pgx.Tx, b *Batch) error {
 // QueueWrite queues Write's statements on pb, so they can share a round
 // trip with others (the move of the partition's offset, queued after them).
 func QueueWrite(pb *pgx.Batch, b *Batch) error {
-	if err := queueDeliveries(pb, b.Deliveries); err != nil {
-		return err
-	}
+	queueDeliveries(pb, b.Deliveries)
 	queueOutcomes(pb, b.Outcomes)
-	updates, err := queuePayments(pb, b.Payments)
-	if err != nil {
+	if err := queuePayments(pb, b.Payments); err != nil {
 		return err
 	}
 	queueTransitions(pb, b.Transitions)
@@ -290,17 +287,10 @@ func QueueWrite(pb *pgx.Batch, b *Batch) error {
 		}
 		pb.Queue(statelog.EmitMessageSQL, frame)
 	}
-	// Last: the update of stored payments looks them up by key, with a
-	// custom plan (queueCustomPlans).
-	if updates != nil {
-		queueCustomPlans(pb, true)
-		updates()
-		queueCustomPlans(pb, false)
-	}
 	return nil
 }
 
-func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
+func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 	var (
 		ids, offsets, dupIDs, dupOffsets, dupOf                   []int64
 		recorded, received, dupRecorded, dupReceived              []time.Time
@@ -379,7 +369,6 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) error {
 			topic, partition, ReasonDuplicateEvent, dupIDs, dupRecorded, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOf, dupOffsets,
 			dupOccurred, dupReceived)
 	}
-	return nil
 }
 
 func queueOutcomes(b *pgx.Batch, os []Outcome) {
@@ -403,9 +392,10 @@ func queueOutcomes(b *pgx.Batch, os []Outcome) {
 		})
 }
 
-// queuePayments queues the insert of new payments, and returns the
-// function that queues the update of stored ones (nil without any).
-func queuePayments(b *pgx.Batch, ps []PaymentWrite) (updates func(), err error) {
+// queuePayments queues the insert of new payments and the update of
+// stored ones, which looks them up by key with a custom plan
+// (queueCustomPlans).
+func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
 	var (
 		keys, sources, ids, statuses, currencies, states []string
 		versions, amounts                                []int64
@@ -415,14 +405,14 @@ func queuePayments(b *pgx.Batch, ps []PaymentWrite) (updates func(), err error) 
 	for _, p := range ps {
 		st, err := json.Marshal(p.State)
 		if err != nil {
-			return nil, fmt.Errorf("encode payment state: %w", err)
+			return fmt.Errorf("encode payment state: %w", err)
 		}
 		keys, sources, ids, statuses, currencies, states = append(keys, p.Key), append(sources, p.Source), append(ids, p.PaymentID),
 			append(statuses, string(p.State.Status)), append(currencies, p.State.Currency), append(states, string(st))
 		versions, amounts, lastEvents, fresh = append(versions, p.State.Version), append(amounts, p.State.AmountMinor), append(lastEvents, nullTime(p.LastEventAt)), append(fresh, p.New)
 	}
 	if len(keys) == 0 {
-		return nil, nil
+		return nil
 	}
 	// New payments are inserted, stored ones updated in place (HOT: no
 	// indexed column changes, and the table leaves room on each page): no
@@ -444,17 +434,18 @@ func queuePayments(b *pgx.Batch, ps []PaymentWrite) (updates func(), err error) 
 			keys, sources, ids, statuses, versions, amounts, currencies, states, lastEvents, fresh)
 	}
 	if news == len(keys) {
-		return nil, nil
+		return nil
 	}
-	return func() {
-		b.Queue(`
+	queueCustomPlans(b, true)
+	b.Queue(`
 		UPDATE payments p SET status = u.st, version = u.v, amount_minor = u.a, currency = u.c, state = u.j,
 		       last_event_at = GREATEST(p.last_event_at, u.l), updated_at = now()
 		  FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::json[], $7::timestamptz[], $8::bool[])
 		       AS u(k, st, v, a, c, j, l, new)
 		 WHERE p.payment_key = u.k AND NOT u.new`,
-			keys, statuses, versions, amounts, currencies, states, lastEvents, fresh)
-	}, nil
+		keys, statuses, versions, amounts, currencies, states, lastEvents, fresh)
+	queueCustomPlans(b, false)
+	return nil
 }
 
 func queueTransitions(b *pgx.Batch, ts []TransitionWrite) {
