@@ -32,6 +32,9 @@ type result struct {
 	source  string
 	outcome string
 	reason  string
+	// partition is the raw topic partition of the record decided (-1 for
+	// a stored delivery decided again by replay or the sweeper).
+	partition int32
 }
 
 // applier turns records into their effects inside a batch transaction.
@@ -62,6 +65,19 @@ type delivery struct {
 	// the caller read it: the new outcome is written only if it still has
 	// it (see ErrOutcomeChanged).
 	status string
+	// headers, when not nil, are the trace context the state events of
+	// its payment carry, instead of the transaction's: in a transaction
+	// shared by several partitions' batches, each batch's own span.
+	headers []statelog.Header
+}
+
+// partition is the raw topic partition d was consumed from, -1 for a
+// stored delivery.
+func (d *delivery) partition() int32 {
+	if d.rec == nil {
+		return -1
+	}
+	return d.rec.Partition
 }
 
 // waiting is a deferred delivery that may apply after a transition.
@@ -170,21 +186,21 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 	for i := range ds {
 		d := &ds[i]
 		if d.duplicate {
-			results = append(results, result{d.env.Source, string(payment.OutcomeIgnored), reasonDuplicateEvent})
+			results = append(results, result{d.env.Source, string(payment.OutcomeIgnored), reasonDuplicateEvent, d.partition()})
 			continue
 		}
 		p := payments[d.env.PaymentKey]
 		ev := d.env.Event
 		if p.held {
 			w.outcome(p.key, d.inboxID, payment.OutcomeDeferred, reasonPaymentHeld)
-			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonPaymentHeld})
+			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonPaymentHeld, d.partition()})
 			continue
 		}
 		if ev.NeedsRefetch && d.refetched == nil {
 			// The body is thin or unsigned: no money moves on it until the
 			// payment's state is refetched from the gateway.
 			w.outcome(p.key, d.inboxID, payment.OutcomeDeferred, reasonAwaitingRefetch)
-			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonAwaitingRefetch})
+			results = append(results, result{d.env.Source, string(payment.OutcomeDeferred), reasonAwaitingRefetch, d.partition()})
 			continue
 		}
 		facts := []payment.Fact{ev.Fact}
@@ -215,7 +231,7 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 			first = &payment.Decision{Outcome: payment.OutcomeIgnored, Reason: payment.ReasonDuplicateFact}
 		}
 		w.outcome(p.key, d.inboxID, first.Outcome, first.Reason)
-		results = append(results, result{d.env.Source, string(first.Outcome), first.Reason})
+		results = append(results, result{d.env.Source, string(first.Outcome), first.Reason, d.partition()})
 		if !applied {
 			if first.Outcome == payment.OutcomeDeferred && d.refetched == nil {
 				p.waiting = append(p.waiting, waiting{d.inboxID, ev.EventID, ev.Fact})
@@ -237,7 +253,7 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 			wt := p.waiting[r.Index]
 			done[r.Index] = true
 			w.outcome(p.key, wt.inboxID, r.Decision.Outcome, r.Decision.Reason)
-			results = append(results, result{d.env.Source, string(r.Decision.Outcome), r.Decision.Reason})
+			results = append(results, result{d.env.Source, string(r.Decision.Outcome), r.Decision.Reason, d.partition()})
 			if r.Decision.Outcome == payment.OutcomeApplied {
 				if err := a.transition(&w, p, wt.inboxID, wt.eventID, wt.fact, r.Decision); err != nil {
 					return nil, err
@@ -255,6 +271,20 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 	if h := tracing.StateHeaders(ctx); h != nil {
 		for i := range w.Events {
 			w.Events[i].Headers = h // read only: shared
+		}
+	}
+	var own map[string][]statelog.Header // by payment key
+	for i := range ds {
+		if ds[i].headers != nil {
+			if own == nil {
+				own = map[string][]statelog.Header{}
+			}
+			own[ds[i].env.PaymentKey] = ds[i].headers
+		}
+	}
+	for i := range w.Events {
+		if h, ok := own[w.Events[i].Key]; ok {
+			w.Events[i].Headers = h
 		}
 	}
 	if err := a.queueWrite(b, &w, ds, payments); err != nil {
@@ -452,7 +482,7 @@ func quarantine(ctx context.Context, tx pgx.Tx, now time.Time, rec *kgo.Record, 
 	if err := store.Quarantine(ctx, tx, q); err != nil {
 		return result{}, err
 	}
-	return result{q.Source, outcomeQuarantined, "poison"}, nil
+	return result{q.Source, outcomeQuarantined, "poison", rec.Partition}, nil
 }
 
 // cleanText makes s storable as Postgres text: valid UTF-8 without NUL.

@@ -13,14 +13,17 @@ import (
 )
 
 type metrics struct {
-	events        *prometheus.CounterVec
-	batchRecords  prometheus.Histogram
-	txSeconds     prometheus.Histogram
-	batchRetries  prometheus.Counter
-	batchFailures *prometheus.CounterVec
-	fenced        prometheus.Counter
-	slowBatches   prometheus.Counter
-	fetchErrors   prometheus.Counter
+	events       *prometheus.CounterVec
+	batchRecords prometheus.Histogram
+	txSeconds    prometheus.Histogram
+	// transactionBatches counts the batches (each one partition's) per
+	// committed batch transaction.
+	transactionBatches prometheus.Histogram
+	batchRetries       prometheus.Counter
+	batchFailures      *prometheus.CounterVec
+	fenced             prometheus.Counter
+	slowBatches        prometheus.Counter
+	fetchErrors        prometheus.Counter
 	// offsetCopyFailures counts partitions whose offset copy to Kafka failed.
 	offsetCopyFailures prometheus.Counter
 	// partitionEvents counts partitions assigned, revoked and lost.
@@ -42,12 +45,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"source", "outcome", "reason"}),
 		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "paystream_processor_batch_records",
-			Help:    "Records per committed batch transaction.",
+			Help:    "Records per committed batch: one partition's records, in a transaction alone or shared with other partitions' batches.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		transactionBatches: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "paystream_processor_transaction_batches",
+			Help:    "Batches, each one partition's, per committed batch transaction (batches ready while every transaction is busy share the next one; see --transactions).",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64},
 		}),
 		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "paystream_processor_transaction_seconds",
-			Help:    "Latency of committed batch transactions.",
+			Help:    "Time from a batch's start to its commit, including any wait for a transaction to share.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
 		}),
 		batchRetries: prometheus.NewCounter(prometheus.CounterOpts{
@@ -108,7 +116,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Inbox events quarantined and not yet replayed.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.txSeconds, m.batchRetries, m.batchFailures, m.fenced, m.slowBatches,
+	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.transactionBatches, m.txSeconds, m.batchRetries, m.batchFailures, m.fenced, m.slowBatches,
 		m.fetchErrors, m.offsetCopyFailures, m.partitionEvents, m.refetches, m.refetchSeconds, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register processor metrics: %w", err)

@@ -14,17 +14,11 @@ import (
 	"github.com/paystream/paystream/sink"
 )
 
-// TestBatchEmitsOneStateMessage: a batch transaction writes all its state
-// events as one state message of its own schema's prefix, in frame format
-// 2, holding every transition the batch made, per payment in version
-// order, each payload the state event of its key and version.
-func TestBatchEmitsOneStateMessage(t *testing.T) {
-	t.Parallel()
-	db := testenv.NewDB(t)
-	ctx := context.Background()
-	// The sink's slot (pgoutput, an empty publication), read without
-	// consuming it.
-	slot, err := sink.SetupSlot(ctx, db.Pool)
+// stateSlot creates the sink's slot (pgoutput, an empty publication) on
+// db's schema, dropped at the end of the test.
+func stateSlot(t *testing.T, db *testenv.DB) string {
+	t.Helper()
+	slot, err := sink.SetupSlot(context.Background(), db.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,14 +26,14 @@ func TestBatchEmitsOneStateMessage(t *testing.T) {
 		_, _ = db.Pool.Exec(context.Background(), `SELECT pg_drop_replication_slot($1)`, slot)
 		_, _ = db.Pool.Exec(context.Background(), `DROP PUBLICATION IF EXISTS `+pgx.Identifier{slot}.Sanitize())
 	})
+	return slot
+}
 
-	recs := zombieRecords(t, 6) // two payments: pending, paid, partially refunded each
-	epoch, _ := mustClaim(t, db.Pool)
-	if _, err := commitBatch(ctx, db.Pool, zombieApplier(), zombieGroup, epoch, recs); err != nil {
-		t.Fatal(err)
-	}
-
-	rows, err := db.Pool.Query(ctx, `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
+// peekStateMessages reads the state messages of db's schema from slot,
+// without consuming them, and counts them by transaction.
+func peekStateMessages(t *testing.T, db *testenv.DB, slot string) (messages [][]byte, perTxn map[uint32]int) {
+	t.Helper()
+	rows, err := db.Pool.Query(context.Background(), `SELECT data FROM pg_logical_slot_peek_binary_changes($1, NULL, NULL,
 		'proto_version', '1', 'publication_names', $2, 'messages', 'true')`, slot, slot)
 	if err != nil {
 		t.Fatal(err)
@@ -49,8 +43,7 @@ func TestBatchEmitsOneStateMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	prefix := statelog.Prefix(db.Schema)
-	var messages [][]byte
-	perTxn := map[uint32]int{} // state messages by transaction
+	perTxn = map[uint32]int{}
 	var xid uint32
 	for _, c := range changes {
 		m, err := pglogrepl.Parse(c)
@@ -67,6 +60,25 @@ func TestBatchEmitsOneStateMessage(t *testing.T) {
 			}
 		}
 	}
+	return messages, perTxn
+}
+
+// TestBatchEmitsOneStateMessage: a batch transaction writes all its state
+// events as one state message of its own schema's prefix, in frame format
+// 2, holding every transition the batch made, per payment in version
+// order, each payload the state event of its key and version.
+func TestBatchEmitsOneStateMessage(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	slot := stateSlot(t, db)
+	recs := zombieRecords(t, 6) // two payments: pending, paid, partially refunded each
+	epoch, _ := mustClaim(t, db.Pool)
+	if _, err := commitBatch(ctx, db.Pool, zombieApplier(), zombieGroup, epoch, recs); err != nil {
+		t.Fatal(err)
+	}
+
+	messages, perTxn := peekStateMessages(t, db, slot)
 	if len(messages) != 1 || len(perTxn) != 1 {
 		t.Fatalf("%d state messages in %d transactions, want 1 in 1", len(messages), len(perTxn))
 	}

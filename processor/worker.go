@@ -234,7 +234,13 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		ctx, span := w.p.startBatchSpan(ctx, batch)
-		out, err := commitRefetched(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, w.committed, batch, nil)
+		out, err := w.p.commits.commit(ctx, w, batch)
+		if errors.Is(err, errCommitAlone) {
+			out, err = commitRefetched(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, w.committed, batch, nil)
+			if err == nil {
+				m.transactionBatches.Observe(1)
+			}
+		}
 		endBatchSpan(span, out, err)
 		cancel()
 		if err == nil {

@@ -53,8 +53,16 @@ func (r *pipelineRun) batchSizes(ctx context.Context, res *result) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if fams, err := scrape(ctx, "http://"+r.processorMetrics+"/metrics"); err == nil {
-		if records, n := sum(fams, "paystream_processor_batch_records"); n > 0 {
-			res.ProcessorTransactions, res.DeliveriesPerTransaction = int64(n), records/n
+		records, batches := sum(fams, "paystream_processor_batch_records")
+		// Batches of several partitions share a transaction: count the
+		// transactions (a binary from before that counted a transaction
+		// per batch).
+		txns := batches
+		if shared, n := sum(fams, "paystream_processor_transaction_batches"); n > 0 {
+			txns, res.BatchesPerTransaction = n, shared/n
+		}
+		if txns > 0 {
+			res.ProcessorTransactions, res.DeliveriesPerTransaction = int64(txns), records/txns
 		}
 	} else {
 		fmt.Fprintln(os.Stderr, "bench-e2e: processor metrics:", err)

@@ -103,7 +103,11 @@ func (rep *report) markdown() string {
 	row("CPU µs/delivery: all of the above", p.cpuTotal(), b.cpuTotal(), "%.0f")
 	row("WAL bytes/delivery", p.WALBytesPerDelivery, b.WALBytesPerDelivery, "%.0f")
 	if p.ProcessorTransactions > 0 {
-		only("deliveries per Postgres transaction", fmt.Sprintf("%.1f (%d transactions)", p.DeliveriesPerTransaction, p.ProcessorTransactions), "1")
+		cell := fmt.Sprintf("%.1f (%d transactions)", p.DeliveriesPerTransaction, p.ProcessorTransactions)
+		if p.BatchesPerTransaction > 0 {
+			cell = fmt.Sprintf("%.1f (%d transactions of %.1f partitions' batches)", p.DeliveriesPerTransaction, p.ProcessorTransactions, p.BatchesPerTransaction)
+		}
+		only("deliveries per Postgres transaction", cell, "1")
 	}
 	if p.SinkTransactions > 0 {
 		only("state events per Kafka transaction (relay)", fmt.Sprintf("%.1f (%d transactions)", p.EventsPerSinkTransaction, p.SinkTransactions), "—")

@@ -41,6 +41,9 @@ type result struct {
 	// baseline commits once per delivery).
 	ProcessorTransactions    int64   `json:"processor_transactions,omitempty"`
 	DeliveriesPerTransaction float64 `json:"deliveries_per_processor_transaction,omitempty"`
+	// BatchesPerTransaction is how many partitions' batches a transaction
+	// carried, on average.
+	BatchesPerTransaction float64 `json:"batches_per_processor_transaction,omitempty"`
 	// SinkTransactions are the relay's Kafka transactions, and
 	// EventsPerSinkTransaction their mean number of state events.
 	SinkTransactions         int64   `json:"sink_kafka_transactions,omitempty"`

@@ -151,6 +151,7 @@ type processorFlags struct {
 	Group           string        `help:"Consumer group." default:"paystream-processor" env:"PAYSTREAM_GROUP"`
 	BatchMaxRecords int           `help:"Most records applied in one transaction." default:"500" env:"PAYSTREAM_BATCH_MAX_RECORDS"`
 	BatchMaxWait    time.Duration `help:"How long a fetched record may wait for its batch to fill (longer: larger batches, less database CPU, more latency)." default:"20ms" env:"PAYSTREAM_BATCH_MAX_WAIT"`
+	Transactions    int           `help:"Batch transactions run at once; batches of several partitions that are ready while all are busy share the next one (fewer: fuller transactions, less database CPU per delivery)." default:"1" env:"PAYSTREAM_TRANSACTIONS"`
 	DeferredWindow  time.Duration `help:"How long an event may wait for its predecessor before it is overdue (refetched or surfaced for review)." default:"1h" env:"PAYSTREAM_DEFERRED_WINDOW"`
 	SessionTimeout  time.Duration `help:"How long the group waits for a silent (crashed) member before reassigning its partitions." default:"45s" env:"PAYSTREAM_SESSION_TIMEOUT"`
 	InstanceID      string        `help:"Static group member id, stable across restarts and unique per replica (e.g. the pod name): a restart within --session-timeout keeps the partitions without rebalancing the others. Empty: a dynamic member." env:"PAYSTREAM_INSTANCE_ID"`
@@ -242,6 +243,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		Group:             c.Group,
 		BatchMaxRecords:   c.BatchMaxRecords,
 		BatchMaxWait:      c.BatchMaxWait,
+		Transactions:      c.Transactions,
 		SessionTimeout:    c.SessionTimeout,
 		InstanceID:        c.InstanceID,
 		DeferredWindow:    c.DeferredWindow,

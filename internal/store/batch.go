@@ -301,14 +301,17 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 		bodies                                                    [][]byte
 		occurred, dupOccurred                                     []*time.Time
 		dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys     []string
+		partitions, dupPartitions                                 []int32
 		topic                                                     string
-		partition                                                 int32
 	)
 	for _, d := range ds {
-		topic, partition = d.Topic, d.Partition
+		// One topic (the raw topic), the partitions of the transaction's
+		// batches.
+		topic = d.Topic
 		ev := d.Envelope.Event
 		if d.Duplicate {
 			dupIDs, dupOffsets, dupRecorded, dupReceived = append(dupIDs, d.ID), append(dupOffsets, d.Offset), append(dupRecorded, d.RecordedAt), append(dupReceived, d.Envelope.ReceivedAt)
+			dupPartitions = append(dupPartitions, d.Partition)
 			dupOf = append(dupOf, d.DuplicateOf)
 			dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys = append(dupSources, d.Envelope.Source), append(dupDedups, ev.DedupKey),
 				append(dupEventIDs, ev.EventID), append(dupTypes, ev.Type), append(dupKeys, d.Envelope.PaymentKey)
@@ -316,6 +319,7 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 			continue
 		}
 		ids, offsets, recorded, received = append(ids, d.ID), append(offsets, d.Offset), append(recorded, d.RecordedAt), append(received, d.Envelope.ReceivedAt)
+		partitions = append(partitions, d.Partition)
 		sources, dedups, eventIDs, types, keys = append(sources, d.Envelope.Source), append(dedups, ev.DedupKey), append(eventIDs, ev.EventID),
 			append(types, ev.Type), append(keys, d.Envelope.PaymentKey)
 		statuses, reasons = append(statuses, d.Status), append(reasons, d.Reason)
@@ -348,13 +352,13 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 			                        topic, partition, kafka_offset, occurred_at, received_at)
 			SELECT u.id, u.recorded_at, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, u.status, NULLIF(u.reason, ''),
 			       NULLIF(u.driver, ''), NULLIF(u.payment_id, ''), NULLIF(u.fact_status, ''), u.amount_minor, NULLIF(u.currency, ''), NULLIF(u.refund_id, ''), u.refetch, u.body,
-			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+			       $1, u.partition, u.kafka_offset, u.occurred_at, u.received_at
 			  FROM unnest($3::bigint[], $4::timestamptz[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::text[],
 			              $12::text[], $13::text[], $14::text[], $15::bigint[], $16::text[], $17::text[], $18::bool[], $19::bytea[],
-			              $20::bigint[], $21::timestamptz[], $22::timestamptz[])
+			              $2::int[], $20::bigint[], $21::timestamptz[], $22::timestamptz[])
 			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason,
-			            driver, payment_id, fact_status, amount_minor, currency, refund_id, refetch, body, kafka_offset, occurred_at, received_at)`,
-			topic, partition, ids, recorded, sources, dedups, eventIDs, types, keys, statuses, reasons,
+			            driver, payment_id, fact_status, amount_minor, currency, refund_id, refetch, body, partition, kafka_offset, occurred_at, received_at)`,
+			topic, partitions, ids, recorded, sources, dedups, eventIDs, types, keys, statuses, reasons,
 			drivers, paymentIDs, factStatuses, amounts, currencies, refundIDs, refetch, bodies, offsets, occurred, received)
 	}
 	if len(dupIDs) > 0 {
@@ -362,11 +366,11 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 			INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason, duplicate_of,
 			                        topic, partition, kafka_offset, occurred_at, received_at)
 			SELECT u.id, u.recorded_at, u.source, u.dedup_key, NULLIF(u.event_id, ''), u.event_type, u.payment_key, 'ignored', $3, u.duplicate_of,
-			       $1, $2, u.kafka_offset, u.occurred_at, u.received_at
+			       $1, u.partition, u.kafka_offset, u.occurred_at, u.received_at
 			  FROM unnest($4::bigint[], $5::timestamptz[], $6::text[], $7::text[], $8::text[], $9::text[], $10::text[], $11::bigint[],
-			              $12::bigint[], $13::timestamptz[], $14::timestamptz[])
-			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, duplicate_of, kafka_offset, occurred_at, received_at)`,
-			topic, partition, ReasonDuplicateEvent, dupIDs, dupRecorded, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOf, dupOffsets,
+			              $2::int[], $12::bigint[], $13::timestamptz[], $14::timestamptz[])
+			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, duplicate_of, partition, kafka_offset, occurred_at, received_at)`,
+			topic, dupPartitions, ReasonDuplicateEvent, dupIDs, dupRecorded, dupSources, dupDedups, dupEventIDs, dupTypes, dupKeys, dupOf, dupOffsets,
 			dupOccurred, dupReceived)
 	}
 }

@@ -127,6 +127,47 @@ func QueueLockPartition(b *pgx.Batch, group, topic string, partition int32, boun
 	return l
 }
 
+// PartitionLocks is what QueueLockPartitions read, once its batch was sent.
+type PartitionLocks struct {
+	topic string
+	rows  map[int32][2]int64 // next offset, owner epoch
+}
+
+// Result returns the partition's next offset and owner epoch, or
+// ErrNoOffsetRow when its row does not exist.
+func (l *PartitionLocks) Result(partition int32) (next, owner int64, err error) {
+	r, ok := l.rows[partition]
+	if !ok {
+		return 0, 0, fmt.Errorf("%w for %s/%d", ErrNoOffsetRow, l.topic, partition)
+	}
+	return r[0], r[1], nil
+}
+
+// QueueLockPartitions is QueueLockPartition for several partitions of one
+// topic, locked in one statement in partition order (every writer that
+// locks more than one row does so in key order, so none deadlocks).
+func QueueLockPartitions(b *pgx.Batch, group, topic string, partitions []int32, bounds Bounds) *PartitionLocks {
+	l := &PartitionLocks{topic: topic, rows: make(map[int32][2]int64, len(partitions))}
+	if bounds.IdleInTransaction > 0 {
+		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
+			Millis(bounds.IdleInTransaction), Millis(bounds.Statement))
+	}
+	b.Queue(`
+		SELECT partition, next_offset, owner_epoch FROM consumer_offsets
+		 WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)
+		 ORDER BY partition FOR UPDATE`, group, topic, partitions).
+		Query(func(rows pgx.Rows) error {
+			var partition int32
+			var next, owner int64
+			_, err := pgx.ForEachRow(rows, []any{&partition, &next, &owner}, func() error {
+				l.rows[partition] = [2]int64{next, owner}
+				return nil
+			})
+			return err
+		})
+	return l
+}
+
 // LockAllPartitions locks every offset row of the schema (every group,
 // topic and partition), in key order, for the rest of tx: a writer outside
 // the consumer group (replay) then excludes every worker and sweeper until
@@ -148,6 +189,15 @@ func QueueStoreOffset(b *pgx.Batch, group, topic string, partition int32, next i
 	b.Queue(`
 		UPDATE consumer_offsets SET next_offset = $4, updated_at = now()
 		 WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition, next)
+}
+
+// QueueStoreOffsets is QueueStoreOffset for several partitions of one
+// topic, in one statement.
+func QueueStoreOffsets(b *pgx.Batch, group, topic string, partitions []int32, nexts []int64) {
+	b.Queue(`
+		UPDATE consumer_offsets c SET next_offset = u.next, updated_at = now()
+		  FROM unnest($3::int[], $4::bigint[]) AS u(partition, next)
+		 WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = u.partition`, group, topic, partitions, nexts)
 }
 
 // Millis formats d for a Postgres timeout setting.
