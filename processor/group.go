@@ -80,23 +80,20 @@ func (c *committer) commit(ctx context.Context, w *Worker, recs []*kgo.Record) (
 	c.mu.Lock()
 	c.pending = append(c.pending, req)
 	c.mu.Unlock()
-	for {
-		select {
-		case r := <-req.done:
-			return r.out, r.err
-		default:
-		}
-		select {
-		case r := <-req.done:
-			return r.out, r.err
-		case c.slots <- struct{}{}:
-			c.mu.Lock()
-			reqs := c.pending
-			c.pending = nil
-			c.mu.Unlock()
-			c.run(reqs)
-			<-c.slots
-		}
+	select {
+	case r := <-req.done:
+		return r.out, r.err
+	case c.slots <- struct{}{}:
+		c.mu.Lock()
+		reqs := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		c.run(reqs)
+		<-c.slots
+		// req was among reqs, answered by now, or taken earlier by another
+		// transaction, which answers it.
+		r := <-req.done
+		return r.out, r.err
 	}
 }
 
