@@ -2,9 +2,11 @@
 // records to payments with exactly-once effects.
 //
 // Each assigned partition gets one Worker that applies its records in
-// order, in batches. A batch is one Postgres transaction that writes the
-// inbox rows, payment transitions, ledger postings and outbox events of its
-// records and advances the partition's stored offset. Postgres, not Kafka,
+// order, in batches. A batch is committed in one Postgres transaction that
+// writes the inbox rows, payment transitions, ledger postings and outbox
+// events of its records and advances the partition's stored offset;
+// batches of several partitions that are ready at once share a transaction
+// (see committer). Postgres, not Kafka,
 // holds the offsets that count: on assignment a worker bumps the partition's
 // owner epoch and resumes from the stored offset, and every batch checks the
 // epoch, so a worker that lost its partition (a zombie) fails its commit
