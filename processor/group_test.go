@@ -54,6 +54,18 @@ func sharedProcessor(t *testing.T, pool *pgxpool.Pool, partitions ...int32) (*Pr
 	return p, workers
 }
 
+// threeBatches is sharedProcessor with partitions 0, 1 and 2, and a batch
+// of 5 payments (20 records) for each.
+func threeBatches(t *testing.T, pool *pgxpool.Pool) (*Processor, map[int32]*Worker, map[*Worker][]*kgo.Record) {
+	t.Helper()
+	p, workers := sharedProcessor(t, pool, 0, 1, 2)
+	batches := map[*Worker][]*kgo.Record{}
+	for part, w := range workers {
+		batches[w] = partitionBatch(t, part, int(part)*100, 5)
+	}
+	return p, workers, batches
+}
+
 // partitionBatch is paymentRecords for payments first… on partition part,
 // at offsets from 0.
 func partitionBatch(t *testing.T, part int32, first, payments int) []*kgo.Record {
@@ -112,17 +124,13 @@ func histogram(t *testing.T, p *Processor) (count uint64, sum float64) {
 // TestPartitionsShareATransaction: three partitions' batches waiting at
 // once commit in one transaction (every row they wrote, offsets included,
 // has one xmin), each partition's offset moves to its batch's end, every
-// payment's effects are there exactly once, and each worker's results are
-// its own partition's. Committed again (a retry after a lost answer), the
-// batches change nothing.
+// payment's effects are there exactly once, and each partition's
+// deliveries are its own payments'. Committed again (a retry after a lost
+// answer), the batches change nothing.
 func TestPartitionsShareATransaction(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	p, workers := sharedProcessor(t, db.Pool, 0, 1, 2)
-	batches := map[*Worker][]*kgo.Record{}
-	for part, w := range workers {
-		batches[w] = partitionBatch(t, part, int(part)*100, 5) // 20 records, 5 payments each
-	}
+	p, workers, batches := threeBatches(t, db.Pool)
 	for w, ok := range commitTogether(t, p, batches) {
 		if !ok {
 			t.Fatalf("partition %d: commit failed", w.partition)
@@ -167,17 +175,13 @@ func TestPartitionsShareATransaction(t *testing.T) {
 func TestSharedTransactionRefusesOnlyItsFencedPartitions(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	p, workers := sharedProcessor(t, db.Pool, 0, 1, 2)
+	p, workers, batches := threeBatches(t, db.Pool)
 	var stopped error
 	p.stopRun = func(err error) { stopped = err }
 	if _, _, _, err := claim(context.Background(), db.Pool, zombieGroup, sharedTopic, 1); err != nil { // a newer owner
 		t.Fatal(err)
 	}
 	workers[2].committed = 7 // Postgres holds 0: it lost that commit
-	batches := map[*Worker][]*kgo.Record{}
-	for part, w := range workers {
-		batches[w] = partitionBatch(t, part, int(part)*100, 5)
-	}
 	ok := commitTogether(t, p, batches)
 	if !ok[workers[0]] || ok[workers[1]] || ok[workers[2]] {
 		t.Fatalf("committed: partition 0 %v, 1 %v, 2 %v; want only 0", ok[workers[0]], ok[workers[1]], ok[workers[2]])
@@ -204,11 +208,7 @@ func TestSharedTransactionRefusesOnlyItsFencedPartitions(t *testing.T) {
 func TestPoisonInASharedTransactionIsIsolatedAlone(t *testing.T) {
 	t.Parallel()
 	db := testenv.NewDB(t)
-	p, workers := sharedProcessor(t, db.Pool, 0, 1, 2)
-	batches := map[*Worker][]*kgo.Record{}
-	for part, w := range workers {
-		batches[w] = partitionBatch(t, part, int(part)*100, 5)
-	}
+	p, workers, batches := threeBatches(t, db.Pool)
 	bad := payment.Fact{Status: payment.StatusPaid, AmountMinor: -1, Currency: "BRL"}
 	env := envelope.Raw{Source: "acme", Driver: "standardwebhooks", PaymentKey: "acme:bad", ReceivedAt: time.Now().UTC(), Body: []byte(`{}`),
 		Event: provider.Event{EventID: "evt_bad", DedupKey: "evt_bad", PaymentID: "bad", Type: "payment.paid", Fact: bad}}
