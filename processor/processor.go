@@ -66,12 +66,14 @@ type Config struct {
 	// lock, a dozen statements, COMMIT's WAL flush), so a longer wait
 	// means larger batches and less database CPU per delivery, paid in
 	// latency. Measured at 5,000 deliveries/s over 6 partitions on a
-	// shared 2-core machine (BenchmarkProcessorWALPaced): 20ms gave ≈26
-	// deliveries per transaction, ≈109 µs Postgres CPU per delivery and a
-	// p99 of ≈120 ms from production to the write; 50ms gave ≈63, ≈69 µs
-	// and a p99 of ≈630 ms. The default keeps the latency goal
-	// (accepted→published p99 ≤ 250 ms); raise it where the database's CPU
-	// costs more than the latency.
+	// shared 2-core machine (BenchmarkProcessorWALPaced), with a
+	// transaction per partition's batch: 20ms gave ≈26 deliveries per
+	// transaction, ≈109 µs Postgres CPU per delivery and a p99 of ≈120 ms
+	// from production to the write; 50ms gave ≈63, ≈69 µs and a p99 of
+	// ≈630 ms. With partitions sharing transactions (Transactions), 20ms
+	// gives ≈56–61, ≈71–79 µs and a p99 of ≈54–58 ms. The default keeps
+	// the latency goal (accepted→published p99 ≤ 250 ms); raise it where
+	// the database's CPU costs more than the latency.
 	BatchMaxWait time.Duration
 	// Transactions is how many batch transactions the processor runs at
 	// once. A partition's batch that is ready while all of them are busy
