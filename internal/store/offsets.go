@@ -113,10 +113,7 @@ func (l *PartitionLock) Result() (next, owner int64, err error) {
 // Result reports it.
 func QueueLockPartition(b *pgx.Batch, group, topic string, partition int32, bounds Bounds) *PartitionLock {
 	l := &PartitionLock{name: topic + "/" + strconv.Itoa(int(partition))}
-	if bounds.IdleInTransaction > 0 {
-		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
-			Millis(bounds.IdleInTransaction), Millis(bounds.Statement))
-	}
+	queueBounds(b, bounds)
 	b.Queue(`
 		SELECT next_offset, owner_epoch FROM consumer_offsets
 		 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).
@@ -125,6 +122,15 @@ func QueueLockPartition(b *pgx.Batch, group, topic string, partition int32, boun
 			return err
 		})
 	return l
+}
+
+// queueBounds queues the setting of bounds for the rest of the
+// transaction (nothing when IdleInTransaction is 0: the server's).
+func queueBounds(b *pgx.Batch, bounds Bounds) {
+	if bounds.IdleInTransaction > 0 {
+		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
+			Millis(bounds.IdleInTransaction), Millis(bounds.Statement))
+	}
 }
 
 // PartitionLocks is what QueueLockPartitions read, once its batch was sent.
@@ -148,10 +154,7 @@ func (l *PartitionLocks) Result(partition int32) (next, owner int64, err error) 
 // locks more than one row does so in key order, so none deadlocks).
 func QueueLockPartitions(b *pgx.Batch, group, topic string, partitions []int32, bounds Bounds) *PartitionLocks {
 	l := &PartitionLocks{topic: topic, rows: make(map[int32][2]int64, len(partitions))}
-	if bounds.IdleInTransaction > 0 {
-		b.Queue(`SELECT set_config('idle_in_transaction_session_timeout', $1, true), set_config('statement_timeout', $2, true)`,
-			Millis(bounds.IdleInTransaction), Millis(bounds.Statement))
-	}
+	queueBounds(b, bounds)
 	b.Queue(`
 		SELECT partition, next_offset, owner_epoch FROM consumer_offsets
 		 WHERE group_id = $1 AND topic = $2 AND partition = ANY($3)
