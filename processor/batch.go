@@ -224,29 +224,13 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch,
 			return fmt.Errorf("lock partition offset and load batch: %w", err)
 		}
 		next, owner, err := lock.Result()
-		if errors.Is(err, store.ErrNoOffsetRow) {
-			return fmt.Errorf("%w: %w", ErrFenced, err)
+		var skip int
+		if out, skip, err = admit(topic, partition, epoch, committed, recs, next, owner, err); err != nil {
+			return err
 		}
-		if owner != epoch {
-			return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
-		}
-		if next < committed {
-			return fmt.Errorf("%w: %s/%d stored next offset %d, this worker committed up to %d", ErrOffsetRolledBack, topic, partition, next, committed)
-		}
-		// Records below the stored offset were applied by an earlier
-		// transaction (a retry after a commit whose answer was lost). What
-		// was read for them is read under the lock like the rest, so it
-		// stays valid for the others: their dedup keys are stored, their
-		// payments are as that transaction left them.
-		skip := 0
-		for skip < len(recs) && recs[skip].Offset < next {
-			skip++
-		}
-		out = batchOutcome{next: next, applied: len(recs) - skip}
 		if skip == len(recs) {
 			return nil
 		}
-		out.next = recs[len(recs)-1].Offset + 1
 		if slow {
 			for _, rec := range recs[skip:] {
 				rs, err := applyOne(ctx, tx, a, rec, refetched)
@@ -281,6 +265,41 @@ func runBatch(ctx context.Context, db beginner, a *applier, group string, epoch,
 		return batchOutcome{}, err
 	}
 	return out, nil
+}
+
+// admit checks a batch of recs (one partition's, in offset order) against
+// its partition's offset row as the batch's transaction locked it (next,
+// owner and err from the lock's Result): ErrFenced when the row is missing
+// or another owner claimed the partition since epoch, ErrOffsetRolledBack
+// when it holds less than committed, the next offset this worker last
+// stored. Otherwise it returns how many of recs to skip and the batch's
+// outcome once the rest apply.
+//
+// Records below the stored offset were applied by an earlier transaction
+// (a retry after a commit whose answer was lost). What was read for them is
+// read under the lock like the rest, so it stays valid for the others:
+// their dedup keys are stored, their payments are as that transaction left
+// them.
+func admit(topic string, partition int32, epoch, committed int64, recs []*kgo.Record, next, owner int64, err error) (batchOutcome, int, error) {
+	switch {
+	case errors.Is(err, store.ErrNoOffsetRow):
+		return batchOutcome{}, 0, fmt.Errorf("%w: %w", ErrFenced, err)
+	case err != nil:
+		return batchOutcome{}, 0, err
+	case owner != epoch:
+		return batchOutcome{}, 0, fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
+	case next < committed:
+		return batchOutcome{}, 0, fmt.Errorf("%w: %s/%d stored next offset %d, this worker committed up to %d", ErrOffsetRolledBack, topic, partition, next, committed)
+	}
+	skip := 0
+	for skip < len(recs) && recs[skip].Offset < next {
+		skip++
+	}
+	out := batchOutcome{next: next, applied: len(recs) - skip}
+	if skip < len(recs) {
+		out.next = recs[len(recs)-1].Offset + 1
+	}
+	return out, skip, nil
 }
 
 // applyOne applies one record under a savepoint, quarantining it if it fails

@@ -228,14 +228,7 @@ func runShared(ctx context.Context, db beginner, a *applier, group string, reqs 
 		nexts := make([]int64, len(reqs))
 		for i, r := range reqs {
 			next, owner, err := locks.Result(r.w.partition)
-			switch {
-			case errors.Is(err, store.ErrNoOffsetRow):
-				err = fmt.Errorf("%w: %w", ErrFenced, err)
-			case owner != r.w.epoch:
-				err = fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, r.w.partition, owner, r.w.epoch)
-			case next < r.w.committed:
-				err = fmt.Errorf("%w: %s/%d stored next offset %d, this worker committed up to %d", ErrOffsetRolledBack, topic, r.w.partition, next, r.w.committed)
-			}
+			out, skip, err := admit(topic, r.w.partition, r.w.epoch, r.w.committed, r.recs, next, owner, err)
 			if err != nil {
 				if refused == nil {
 					refused = map[int]error{}
@@ -243,18 +236,9 @@ func runShared(ctx context.Context, db beginner, a *applier, group string, reqs 
 				refused[i] = err
 				continue
 			}
-			// As in runBatch: records below the stored offset were applied
-			// by an earlier transaction.
+			outs[i] = out
 			ds := all[starts[i] : starts[i]+len(r.ds)]
-			skip := 0
-			for skip < len(ds) && ds[skip].rec.Offset < next {
-				skip++
-			}
-			outs[i] = batchOutcome{next: next, applied: len(ds) - skip}
-			if skip < len(ds) {
-				outs[i].next = ds[len(ds)-1].rec.Offset + 1
-				decide = append(decide, ds[skip:]...)
-			}
+			decide = append(decide, ds[skip:]...)
 			nexts[i] = outs[i].next
 		}
 		if refused != nil {
