@@ -106,6 +106,43 @@ func childrenCPU(root int, prefix string) time.Duration {
 	return total
 }
 
+// jitCPU names the CPU of the Kafka broker's JIT compiler threads in a
+// run's CPU map: the JVM compiling the broker's hot code, most of the
+// broker's CPU in the first minutes after it starts and next to none once
+// it is warm. It is part of "broker", reported apart.
+const jitCPU = "broker JIT compiler"
+
+// threadsCPU returns the CPU time used so far by those of pid's threads
+// whose name (/proc/<pid>/task/<tid>/comm, as the JVM sets it: "C2
+// CompilerThre", "C1 CompilerThre") contains sub.
+func threadsCPU(pid int, sub string) time.Duration {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, e := range entries {
+		b, err := os.ReadFile(dir + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open || !strings.Contains(s[open+1:end], sub) {
+			continue
+		}
+		f := strings.Fields(s[end+1:])
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		total += time.Duration(u+st) * clockTick
+	}
+	return total
+}
+
 // meter samples the CPU time of named processes.
 type meter struct {
 	names []string

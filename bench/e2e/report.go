@@ -52,7 +52,7 @@ func (r *result) cpuSum(names ...string) (float64, bool) {
 func (r *result) cpuTotal() float64 {
 	var sum float64
 	for n, v := range r.CPU {
-		if n != walsendersCPU { // part of "postgres"
+		if n != walsendersCPU && n != jitCPU { // parts of "postgres" and "broker"
 			sum += v
 		}
 	}
@@ -96,6 +96,9 @@ func (rep *report) markdown() string {
 		if ok1 && ok2 {
 			row("CPU µs/delivery: "+map[string]string{"broker": "Kafka broker", "postgres": "Postgres"}[n], pv, bv, "%.0f")
 		}
+	}
+	if v, ok := p.CPU[jitCPU]; ok {
+		only("CPU µs/delivery: of which the broker's JIT compiler (warming up)", fmt.Sprintf("%.0f", v), fmt.Sprintf("%.0f", b.CPU[jitCPU]))
 	}
 	if v, ok := p.CPU[walsendersCPU]; ok {
 		only("CPU µs/delivery: of which Postgres walsenders (the relay's logical decoding)", fmt.Sprintf("%.0f", v), "—")

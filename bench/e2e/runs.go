@@ -280,6 +280,7 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 func (b *bench) addShared(m *meter) {
 	if b.brokerPID > 0 {
 		m.add("broker", func() time.Duration { return processCPU(b.brokerPID) })
+		m.add(jitCPU, func() time.Duration { return threadsCPU(b.brokerPID, "CompilerThre") })
 	}
 	if b.postmasterPID > 0 {
 		m.add("postgres", func() time.Duration { return treeCPU(b.postmasterPID) })
