@@ -143,6 +143,13 @@ func threadsCPU(pid int, sub string) time.Duration {
 	return total
 }
 
+// benchCPU names, in a run's CPU map, the CPU of this program: mostly the
+// load generator (an HTTP client building and signing every request), plus
+// the state watcher and the polls of Postgres. It shares the machine with
+// the design it measures, but is no part of it: reported apart, not in the
+// totals.
+const benchCPU = "bench-e2e itself"
+
 // meter samples the CPU time of named processes.
 type meter struct {
 	names []string

@@ -52,7 +52,7 @@ func (r *result) cpuSum(names ...string) (float64, bool) {
 func (r *result) cpuTotal() float64 {
 	var sum float64
 	for n, v := range r.CPU {
-		if n != walsendersCPU && n != jitCPU { // parts of "postgres" and "broker"
+		if n != walsendersCPU && n != jitCPU && n != benchCPU { // parts of "postgres" and "broker", and no part of either design
 			sum += v
 		}
 	}
@@ -104,6 +104,9 @@ func (rep *report) markdown() string {
 		only("CPU µs/delivery: of which Postgres walsenders (the relay's logical decoding)", fmt.Sprintf("%.0f", v), "—")
 	}
 	row("CPU µs/delivery: all of the above", p.cpuTotal(), b.cpuTotal(), "%.0f")
+	if pv, ok := p.CPU[benchCPU]; ok {
+		row("CPU µs/delivery, not in the total: bench-e2e itself (load generator, state watcher)", pv, b.CPU[benchCPU], "%.0f")
+	}
 	row("WAL bytes/delivery", p.WALBytesPerDelivery, b.WALBytesPerDelivery, "%.0f")
 	if p.ProcessorTransactions > 0 {
 		cell := fmt.Sprintf("%.1f (%d transactions)", p.DeliveriesPerTransaction, p.ProcessorTransactions)

@@ -278,6 +278,7 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 
 // addShared adds the shared services' processes to m.
 func (b *bench) addShared(m *meter) {
+	m.add(benchCPU, func() time.Duration { return processCPU(os.Getpid()) })
 	if b.brokerPID > 0 {
 		m.add("broker", func() time.Duration { return processCPU(b.brokerPID) })
 		m.add(jitCPU, func() time.Duration { return threadsCPU(b.brokerPID, "CompilerThre") })
