@@ -132,7 +132,7 @@ func main() {
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
 	flag.Float64Var(&o.rate, "rate", 0, "send at this fixed arrival rate, requests per second (0: as fast as each target answers)")
-	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries")
+	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries and of -warmup")
 	flag.BoolVar(&o.keep, "keep", false, "keep the schemas after the run (topics are always deleted)")
 	flag.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write CPU profiles of ingest, processor and sink (8 s from 3 s into the load) to this directory")
@@ -165,6 +165,7 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.quick {
 		o.deliveries /= 10
+		o.warmup /= 10
 	}
 	if o.profileDir != "" {
 		if err := os.MkdirAll(o.profileDir, 0o755); err != nil {
