@@ -1,9 +1,11 @@
 // Package store holds every SQL statement of paystream's schema (see
 // package migrations): the processor's batch writes, offsets and fencing,
-// replay, the refetch sweeper, retention, gauges and the inspect queries.
+// replay, the refetch sweeper, retention, gauges, the topic layout and the
+// inspect queries.
 // A reader finds every statement that touches a table here; the processor
 // keeps the logic (deciding, fencing, retries) and calls this package.
-// The sink's replication-slot statements stay with the sink.
+// The sink keeps its replication statements (the wal_level check, the
+// publication, the slot and its lag), which touch no table of the schema.
 //
 // Functions take the smallest interface they need (a pool, a connection or
 // a transaction all fit), so the caller decides the transaction.

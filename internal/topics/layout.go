@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/paystream/paystream/internal/store"
 )
 
 // ErrNotRecorded is CheckPartitions' error for a topic whose partition
@@ -48,11 +49,7 @@ func RecordPartitions(ctx context.Context, adm *kadm.Client, pool *pgxpool.Pool,
 	case !accept:
 		return 0, changedError(topic, live, recorded)
 	}
-	_, err = pool.Exec(ctx, `
-		INSERT INTO topic_layout (topic, partitions, recorded_at) VALUES ($1, $2, now())
-		ON CONFLICT (topic) DO UPDATE SET partitions = EXCLUDED.partitions, recorded_at = EXCLUDED.recorded_at`,
-		topic, live)
-	if err != nil {
+	if err := store.RecordTopicPartitions(ctx, pool, topic, live); err != nil {
 		return 0, fmt.Errorf("record partitions of topic %s: %w", topic, err)
 	}
 	return live, nil
@@ -80,13 +77,12 @@ func CheckPartitions(ctx context.Context, adm *kadm.Client, pool *pgxpool.Pool, 
 }
 
 func recordedPartitions(ctx context.Context, pool *pgxpool.Pool, topic string) (int32, error) {
-	var n int32
-	err := pool.QueryRow(ctx, `SELECT partitions FROM topic_layout WHERE topic = $1`, topic).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("topic %s: %w: run paystream migrate with --kafka-brokers", topic, ErrNotRecorded)
-	}
+	n, ok, err := store.TopicPartitions(ctx, pool, topic)
 	if err != nil {
 		return 0, fmt.Errorf("read recorded partitions of topic %s: %w", topic, err)
+	}
+	if !ok {
+		return 0, fmt.Errorf("topic %s: %w: run paystream migrate with --kafka-brokers", topic, ErrNotRecorded)
 	}
 	return n, nil
 }
