@@ -182,12 +182,20 @@ func (c *committer) runRound(reqs []*commitReq) {
 
 // runAlone commits r's batch in a transaction of its own.
 func (c *committer) runAlone(r *commitReq) {
+	out, err := c.commitAlone(r.ctx, r.w, r.recs)
+	r.done <- commitAnswer{out, err}
+}
+
+// commitAlone commits recs, one batch of w's partition, in a transaction
+// of its own (commitRefetched): for a batch alone in its round, and for
+// one that commit answered with errCommitAlone.
+func (c *committer) commitAlone(ctx context.Context, w *Worker, recs []*kgo.Record) (batchOutcome, error) {
 	p := c.p
-	out, err := commitRefetched(r.ctx, p.pool, p.applier, p.cfg.Group, r.w.epoch, r.w.committed, r.recs, nil)
+	out, err := commitRefetched(ctx, p.pool, p.applier, p.cfg.Group, w.epoch, w.committed, recs, nil)
 	if err == nil {
 		p.metrics.transactionBatches.Observe(1)
 	}
-	r.done <- commitAnswer{out, err}
+	return out, err
 }
 
 // errRefused rolls back a shared transaction one of whose partitions was

@@ -236,10 +236,7 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 		ctx, span := w.p.startBatchSpan(ctx, batch)
 		out, err := w.p.commits.commit(ctx, w, batch)
 		if errors.Is(err, errCommitAlone) {
-			out, err = commitRefetched(ctx, w.p.pool, w.p.applier, w.p.cfg.Group, w.epoch, w.committed, batch, nil)
-			if err == nil {
-				m.transactionBatches.Observe(1)
-			}
+			out, err = w.p.commits.commitAlone(ctx, w, batch)
 		}
 		endBatchSpan(span, out, err)
 		cancel()

@@ -93,18 +93,14 @@ func LockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partitio
 
 // PartitionLock is what QueueLockPartition read, once its batch was sent.
 type PartitionLock struct {
-	found       bool
-	next, owner int64
-	name        string
+	locks     *PartitionLocks
+	partition int32
 }
 
 // Result returns the partition's next offset and owner epoch, or
 // ErrNoOffsetRow when the row does not exist.
 func (l *PartitionLock) Result() (next, owner int64, err error) {
-	if !l.found {
-		return 0, 0, fmt.Errorf("%w for %s", ErrNoOffsetRow, l.name)
-	}
-	return l.next, l.owner, nil
+	return l.locks.Result(l.partition)
 }
 
 // QueueLockPartition queues LockPartition's statements on b; statements
@@ -112,16 +108,7 @@ func (l *PartitionLock) Result() (next, owner int64, err error) {
 // error of the batch (so what follows still runs and is discarded):
 // Result reports it.
 func QueueLockPartition(b *pgx.Batch, group, topic string, partition int32, bounds Bounds) *PartitionLock {
-	l := &PartitionLock{name: topic + "/" + strconv.Itoa(int(partition))}
-	queueBounds(b, bounds)
-	b.Queue(`
-		SELECT next_offset, owner_epoch FROM consumer_offsets
-		 WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`, group, topic, partition).
-		Query(func(rows pgx.Rows) error {
-			_, err := pgx.ForEachRow(rows, []any{&l.next, &l.owner}, func() error { l.found = true; return nil })
-			return err
-		})
-	return l
+	return &PartitionLock{locks: QueueLockPartitions(b, group, topic, []int32{partition}, bounds), partition: partition}
 }
 
 // queueBounds queues the setting of bounds for the rest of the
@@ -149,9 +136,10 @@ func (l *PartitionLocks) Result(partition int32) (next, owner int64, err error) 
 	return r[0], r[1], nil
 }
 
-// QueueLockPartitions is QueueLockPartition for several partitions of one
-// topic, locked in one statement in partition order (every writer that
-// locks more than one row does so in key order, so none deadlocks).
+// QueueLockPartitions queues the lock of several partitions' offset rows of
+// one topic, in one statement in partition order (every writer that locks
+// more than one row does so in key order, so none deadlocks), with
+// QueueLockPartition's semantics for each: Result reports a missing row.
 func QueueLockPartitions(b *pgx.Batch, group, topic string, partitions []int32, bounds Bounds) *PartitionLocks {
 	l := &PartitionLocks{topic: topic, rows: make(map[int32][2]int64, len(partitions))}
 	queueBounds(b, bounds)
@@ -189,13 +177,11 @@ func LockAllPartitions(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration
 
 // QueueStoreOffset queues, on b, the move of the partition's next offset.
 func QueueStoreOffset(b *pgx.Batch, group, topic string, partition int32, next int64) {
-	b.Queue(`
-		UPDATE consumer_offsets SET next_offset = $4, updated_at = now()
-		 WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition, next)
+	QueueStoreOffsets(b, group, topic, []int32{partition}, []int64{next})
 }
 
-// QueueStoreOffsets is QueueStoreOffset for several partitions of one
-// topic, in one statement.
+// QueueStoreOffsets queues, on b, the move of several partitions' next
+// offsets (partitions[i] to nexts[i]), in one statement.
 func QueueStoreOffsets(b *pgx.Batch, group, topic string, partitions []int32, nexts []int64) {
 	b.Queue(`
 		UPDATE consumer_offsets c SET next_offset = u.next, updated_at = now()
