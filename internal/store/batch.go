@@ -108,12 +108,20 @@ func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loade
 // day partition, cost more than a quarter of Postgres's CPU), which are
 // right from the start, since their filters match the partial index on the
 // few waiting rows.
+//
+// Sequential scans are off for the same statements: a custom plan for 100
+// keys against a table of some thousands of rows was a hash join over a
+// sequential scan, since the planner prices each index probe as a random
+// read from disk (random_page_cost) while the pages are in memory. In
+// bench-e2e that was 412 scans of dedup_keys, 6 million rows read, until
+// the table passed about 40,000 rows: 2 ms a batch where the primary key
+// takes 0.5. A key lookup is an index lookup at every size.
 func queueCustomPlans(b *pgx.Batch, on bool) {
-	mode := "auto"
+	mode, seqscan := "auto", "on"
 	if on {
-		mode = "force_custom_plan"
+		mode, seqscan = "force_custom_plan", "off"
 	}
-	b.Queue(`SELECT set_config('plan_cache_mode', $1, true)`, mode)
+	b.Queue(`SELECT set_config('plan_cache_mode', $1, true), set_config('enable_seqscan', $2, true)`, mode, seqscan)
 }
 
 // Check reports whether the sent statements of l returned what was asked.
