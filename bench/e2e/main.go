@@ -103,6 +103,7 @@ type options struct {
 	repeats       float64
 	bodyBytes     int
 	concurrency   int
+	client        string
 	partitions    int
 	baselineConns int
 	brokerPID     int
@@ -128,6 +129,7 @@ func main() {
 	flag.Float64Var(&o.repeats, "repeats", 0.20, "fraction of the deliveries that repeat an event already delivered")
 	flag.IntVar(&o.bodyBytes, "body", 1024, "approximate body size in bytes")
 	flag.IntVar(&o.concurrency, "c", 64, "load generator connections")
+	flag.StringVar(&o.client, "client", "fasthttp", `the load generator's HTTP client: "fasthttp" (a fraction of net/http's CPU per request, which the designs under test get instead), or "net/http" (as before 2026-12-02)`)
 	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the raw and state topics")
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
@@ -174,6 +176,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.rate < 0 {
 		return fmt.Errorf("-rate %v: want a positive rate, or 0 for as fast as possible", o.rate)
+	}
+	if o.client != "fasthttp" && o.client != "net/http" {
+		return fmt.Errorf(`-client %q: want "fasthttp" or "net/http"`, o.client)
 	}
 	unique := int(float64(o.deliveries) * (1 - o.repeats))
 	payments := unique / loadgen.LifecycleSteps
@@ -226,8 +231,8 @@ func run(ctx context.Context, o options) error {
 	if o.quick {
 		kind = "smoke run (-quick)"
 	}
-	fmt.Printf("bench-e2e %s: %d deliveries (%d repeats) of %d events, %d payments created → paid → refunded → late created, ~%d B bodies, %d connections, %s\n",
-		kind, workload.Len(), workload.Len()-payments*loadgen.LifecycleSteps, payments*loadgen.LifecycleSteps, payments, o.bodyBytes, o.concurrency, rateText(o.rate))
+	fmt.Printf("bench-e2e %s: %d deliveries (%d repeats) of %d events, %d payments created → paid → refunded → late created, ~%d B bodies, %d connections (%s), %s\n",
+		kind, workload.Len(), workload.Len()-payments*loadgen.LifecycleSteps, payments*loadgen.LifecycleSteps, payments, o.bodyBytes, o.concurrency, o.client, rateText(o.rate))
 	fmt.Printf("machine: %d CPUs (%s), load average %s, commit %s, %s\n\n", machine.CPUs, machine.CPU, machine.LoadAvg, machine.Commit, runtime.Version())
 
 	if o.warmup > 0 {
@@ -245,7 +250,7 @@ func run(ctx context.Context, o options) error {
 	}
 	rep := report{Kind: kind, Machine: machine, Workload: workloadInfo{
 		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments,
-		BodyBytes: o.bodyBytes, Connections: o.concurrency, Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
+		BodyBytes: o.bodyBytes, Connections: o.concurrency, Client: o.client, Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
 	}, Paystream: pipe, Baseline: base}
 	fmt.Println()
 	fmt.Print(rep.markdown())
@@ -306,4 +311,12 @@ func rateText(rate float64) string {
 		return "as fast as each target answers"
 	}
 	return fmt.Sprintf("at a fixed %.0f requests/s", rate)
+}
+
+// sender returns the load generator's client to url, as -client says.
+func (b *bench) sender(url string) (loadgen.Sender, error) {
+	if b.client == "net/http" {
+		return &loadgen.HTTPSender{BaseURL: url, Client: loadgen.NewClient(b.concurrency, 10*time.Second)}, nil
+	}
+	return loadgen.NewFastSender(url, b.concurrency, 10*time.Second)
 }

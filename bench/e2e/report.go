@@ -19,13 +19,15 @@ type report struct {
 }
 
 type workloadInfo struct {
-	Deliveries    int `json:"deliveries"`
-	Repeats       int `json:"repeats"`
-	Payments      int `json:"payments"`
-	BodyBytes     int `json:"body_bytes"`
-	Connections   int `json:"connections"`
-	Partitions    int `json:"partitions"`
-	BaselineConns int `json:"baseline_pg_conns"`
+	Deliveries  int `json:"deliveries"`
+	Repeats     int `json:"repeats"`
+	Payments    int `json:"payments"`
+	BodyBytes   int `json:"body_bytes"`
+	Connections int `json:"connections"`
+	// Client is the load generator's HTTP client: fasthttp or net/http.
+	Client        string `json:"client"`
+	Partitions    int    `json:"partitions"`
+	BaselineConns int    `json:"baseline_pg_conns"`
 	// Rate is the fixed arrival rate, requests per second; 0 for as fast
 	// as each target answers.
 	Rate float64 `json:"rate,omitempty"`
@@ -65,8 +67,8 @@ func (rep *report) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "bench-e2e, %s — %s, commit %s, %d CPUs (%s), load average before %s\n\n",
 		rep.Kind, rep.Machine.Date, rep.Machine.Commit, rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.LoadAvg)
-	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections, %d partitions, %s\n\n",
-		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Partitions,
+	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections (%s), %d partitions, %s\n\n",
+		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Client, rep.Workload.Partitions,
 		rateText(rep.Workload.Rate))
 	sb.WriteString("| | paystream | sync baseline | paystream ÷ baseline |\n|---|--:|--:|--:|\n")
 	row := func(name string, pv, bv float64, format string) {

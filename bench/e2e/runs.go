@@ -142,8 +142,12 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 		wg := pr.profile(ctx, b.profileDir, 3*time.Second, 8*time.Second)
 		defer wg.Wait()
 	}
+	sender, err := b.sender(pr.ingestURL)
+	if err != nil {
+		return nil, err
+	}
 	sched, paced := b.schedule()
-	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: pr.ingestURL, Schedule: sched, Concurrency: b.concurrency,
+	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: pr.ingestURL, Schedule: sched, Concurrency: b.concurrency, Sender: sender,
 		OnAnswer: ans.record, Progress: progress("paystream", b.workload.Len())})
 	if err != nil {
 		return nil, err
@@ -257,8 +261,12 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 	if err != nil {
 		return nil, err
 	}
+	sender, err := b.sender("http://" + addr)
+	if err != nil {
+		return nil, err
+	}
 	sched, paced := b.schedule()
-	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: "http://" + addr, Schedule: sched, Concurrency: b.concurrency,
+	load, err := loadgen.RunSchedule(ctx, loadgen.ScheduleConfig{URL: "http://" + addr, Schedule: sched, Concurrency: b.concurrency, Sender: sender,
 		Progress: progress("baseline", b.workload.Len())})
 	if err != nil {
 		return nil, err

@@ -82,10 +82,22 @@ func TestLifecycleSchedule(t *testing.T) {
 }
 
 // TestRunScheduleSendsEachOnce: RunSchedule sends every delivery exactly
-// once, reports each answer through OnAnswer, and counts the repeats.
+// once, with either client, reports each answer through OnAnswer, and
+// counts the repeats.
 func TestRunScheduleSendsEachOnce(t *testing.T) {
 	t.Parallel()
 	vs := newVerifyingServer(t)
+	for name, sender := range senders(t, vs.URL, 8) {
+		t.Run(name, func(t *testing.T) {
+			vs.mu.Lock()
+			vs.keys, vs.bad = map[string]int{}, 0
+			vs.mu.Unlock()
+			testRunScheduleSendsEachOnce(t, vs, sender)
+		})
+	}
+}
+
+func testRunScheduleSendsEachOnce(t *testing.T, vs *verifyingServer, sender Sender) {
 	b, err := NewBuilder(testSources(t)[0], "rs", 2)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +108,7 @@ func TestRunScheduleSendsEachOnce(t *testing.T) {
 	}
 	var mu sync.Mutex
 	answered := map[int]int{}
-	res, err := RunSchedule(t.Context(), ScheduleConfig{URL: vs.URL, Schedule: l, Concurrency: 8,
+	res, err := RunSchedule(t.Context(), ScheduleConfig{URL: vs.URL, Schedule: l, Concurrency: 8, Sender: sender,
 		OnAnswer: func(i, status int, _ time.Time) {
 			mu.Lock()
 			answered[i] = status

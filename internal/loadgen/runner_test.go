@@ -76,19 +76,43 @@ func allBuilders(t *testing.T) []*Builder {
 	return bs
 }
 
+// senders are the two ways to send, by name: net/http (Run's default, a
+// nil Sender) and fasthttp's client.
+func senders(t *testing.T, url string, conns int) map[string]Sender {
+	t.Helper()
+	fast, err := NewFastSender(url, conns, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]Sender{"net/http": nil, "fasthttp": fast}
+}
+
 // TestRunCountsEveryAnswer: a run of N requests over every driver gets N
-// verified 200s; the duplicates it reports are exactly the deliveries the
-// server saw twice or more, and the report shows the counts.
+// verified 200s, whichever client sends them (so both send the headers,
+// query and body each driver signs); the duplicates it reports are exactly
+// the deliveries the server saw twice or more, and the report shows the
+// counts.
 func TestRunCountsEveryAnswer(t *testing.T) {
 	t.Parallel()
 	vs := newVerifyingServer(t)
+	for name, sender := range senders(t, vs.URL, 8) {
+		t.Run(name, func(t *testing.T) {
+			vs.mu.Lock()
+			vs.keys, vs.bad = map[string]int{}, 0
+			vs.mu.Unlock()
+			testRunCountsEveryAnswer(t, vs, sender)
+		})
+	}
+}
+
+func testRunCountsEveryAnswer(t *testing.T, vs *verifyingServer, sender Sender) {
 	gen, err := NewGenerator(GeneratorConfig{Builders: allBuilders(t), Payments: 40, Duplicates: 0.2, Seed: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var snaps []Snapshot
 	res, err := Run(t.Context(), Config{
-		URL: vs.URL, Generator: gen, Concurrency: 8, Requests: 400,
+		URL: vs.URL, Generator: gen, Concurrency: 8, Requests: 400, Sender: sender,
 		Progress: func(s Snapshot) { snaps = append(snaps, s) }, ProgressInterval: 10 * time.Millisecond,
 	})
 	if err != nil {
@@ -175,12 +199,14 @@ func TestRunCountsTransportErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(t.Context(), Config{URL: url, Generator: gen, Concurrency: 2, Requests: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Sent != 10 || res.Failed() != 10 || res.Errors["connection refused"] != 10 {
-		t.Errorf("sent %d failed %d errors %v, want 10 refused", res.Sent, res.Failed(), res.Errors)
+	for name, sender := range senders(t, url, 2) {
+		res, err := Run(t.Context(), Config{URL: url, Generator: gen, Concurrency: 2, Requests: 10, Sender: sender})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sent != 10 || res.Failed() != 10 || res.Errors["connection refused"] != 10 {
+			t.Errorf("%s: sent %d failed %d errors %v, want 10 refused", name, res.Sent, res.Failed(), res.Errors)
+		}
 	}
 }
 
@@ -239,6 +265,36 @@ func TestGeneratorAdvancesPayments(t *testing.T) {
 	for _, bad := range []GeneratorConfig{{}, {Builders: allBuilders(t), Duplicates: 1}, {Builders: allBuilders(t), Payments: -1}} {
 		if _, err := NewGenerator(bad); err == nil {
 			t.Errorf("NewGenerator(%+v) accepted", bad)
+		}
+	}
+}
+
+// TestFastSenderTimesOut: an answer later than the timeout is a counted
+// "timeout", and a URL that is not http(s) is refused up front.
+func TestFastSenderTimesOut(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(release) })
+	fast, err := NewFastSender(slow.URL, 2, 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, err := NewGenerator(GeneratorConfig{Builders: allBuilders(t)[:1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(t.Context(), Config{URL: slow.URL, Generator: gen, Concurrency: 2, Requests: 4, Sender: fast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != 4 || res.Errors["timeout"] != 4 {
+		t.Errorf("sent %d errors %v, want 4 timeouts", res.Sent, res.Errors)
+	}
+	for _, bad := range []string{"127.0.0.1:8080", "ftp://x", "http://"} {
+		if _, err := NewFastSender(bad, 1, time.Second); err == nil {
+			t.Errorf("NewFastSender(%q) accepted it", bad)
 		}
 	}
 }

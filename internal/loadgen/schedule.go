@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -33,6 +32,9 @@ type ScheduleConfig struct {
 	Concurrency int
 	// Client sends the requests. Defaults to NewClient(Concurrency, 10s).
 	Client *http.Client
+	// Sender, when set, sends the requests instead of Client, as in
+	// Config.
+	Sender Sender
 	// OnAnswer, when set, is called from the worker goroutines after each
 	// answered request with its index, status code and when its answer
 	// was read.
@@ -63,11 +65,14 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (*Result, error) {
 	if cfg.Client == nil {
 		cfg.Client = NewClient(cfg.Concurrency, 10*time.Second)
 	}
+	if cfg.Sender == nil {
+		cfg.Sender = &HTTPSender{BaseURL: cfg.URL, Client: cfg.Client}
+	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = time.Second
 	}
 	// The shared counters, histogram and progress reporter are Run's.
-	r := &run{cfg: Config{Progress: cfg.Progress, ProgressInterval: cfg.ProgressInterval}, errKinds: map[string]int64{}}
+	r := &run{cfg: Config{Progress: cfg.Progress, ProgressInterval: cfg.ProgressInterval}, sender: cfg.Sender, errKinds: map[string]int64{}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -89,7 +94,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (*Result, error) {
 				if i >= cfg.Schedule.Len() {
 					return
 				}
-				if err := r.send(ctx, cfg, i); err != nil {
+				if err := r.sendScheduled(ctx, cfg, i); err != nil {
 					errc <- err
 					cancel()
 					return
@@ -118,47 +123,21 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (*Result, error) {
 	return res, nil
 }
 
-// send sends request i and records its answer.
-func (r *run) send(ctx context.Context, cfg ScheduleConfig, i int) error {
+// sendScheduled sends request i and records its answer.
+func (r *run) sendScheduled(ctx context.Context, cfg ScheduleConfig, i int) error {
 	req, err := cfg.Schedule.Request(i, time.Now())
-	if err != nil {
-		return fmt.Errorf("build request %d: %w", i, err)
-	}
-	hreq, err := req.HTTPRequest(ctx, cfg.URL)
 	if err != nil {
 		return fmt.Errorf("build request %d: %w", i, err)
 	}
 	if cfg.Schedule.Repeat(i) {
 		r.dups.Add(1)
 	}
-	start := time.Now()
-	resp, err := cfg.Client.Do(hreq)
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	answered := time.Now()
+	status, answered, err := r.send(ctx, req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // abandoned: not a failure of the target
-		}
-		r.sent.Add(1)
-		r.failed.Add(1)
-		r.errMu.Lock()
-		r.errKinds[errorKind(err)]++
-		r.errMu.Unlock()
-		return nil
+		return fmt.Errorf("request %d: %w", i, err)
 	}
-	r.lat.Record(answered.Sub(start))
-	if resp.StatusCode > 0 && resp.StatusCode < len(r.status) {
-		r.status[resp.StatusCode].Add(1)
-	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		r.failed.Add(1)
-	}
-	r.sent.Add(1)
-	if cfg.OnAnswer != nil {
-		cfg.OnAnswer(i, resp.StatusCode, answered)
+	if status != 0 && cfg.OnAnswer != nil {
+		cfg.OnAnswer(i, status, answered)
 	}
 	return nil
 }
