@@ -76,7 +76,7 @@ func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loade
 			return err
 		})
 	}
-	queueCustomPlans(b, true)
+	queueKeyLookups(b, true)
 	if len(keys) > 0 {
 		sources, dedups := make([]string, len(keys)), make([]string, len(keys))
 		for i, k := range keys {
@@ -96,32 +96,32 @@ func QueueLoad(b *pgx.Batch, ids int, keys []DedupKey, payments []string) *Loade
 	return out
 }
 
-// Lookups by key in dedup_keys and payments are planned for each batch's
-// own arrays (plan_cache_mode force_custom_plan around them). With the plan
-// cache's generic plan, a statement first prepared while those tables were
-// small (a new schema, a deployment's first minutes) kept a sequential scan
-// until autovacuum's next ANALYZE, and every batch then compared its keys
-// with every row: in bench-e2e, 780 dedup_keys rows read per delivery, half
-// of Postgres's CPU. A custom plan sees the arrays' lengths and the tables'
-// current size. Only these statements pay for planning: the deliveries
-// statements keep generic plans (planning them for each batch, over every
-// day partition, cost more than a quarter of Postgres's CPU), which are
-// right from the start, since their filters match the partial index on the
-// few waiting rows.
+// Lookups by key in dedup_keys and payments run with sequential scans off
+// (enable_seqscan, switched off and on around them in the batch's
+// pipeline), so the planner always takes the primary key. Without it:
 //
-// Sequential scans are off for the same statements: a custom plan for 100
-// keys against a table of some thousands of rows was a hash join over a
-// sequential scan, since the planner prices each index probe as a random
-// read from disk (random_page_cost) while the pages are in memory. In
-// bench-e2e that was 412 scans of dedup_keys, 6 million rows read, until
-// the table passed about 40,000 rows: 2 ms a batch where the primary key
-// takes 0.5. A key lookup is an index lookup at every size.
-func queueCustomPlans(b *pgx.Batch, on bool) {
-	mode, seqscan := "auto", "on"
+//   - the plan cache's generic plan, made while those tables were nearly
+//     empty (a new schema, a deployment's first minutes), kept a sequential
+//     scan until autovacuum's next ANALYZE, and every batch compared its
+//     keys with every row: in bench-e2e, 780 dedup_keys rows read per
+//     delivery, half of Postgres's CPU;
+//   - custom plans (plan_cache_mode force_custom_plan, tried next) planned
+//     100 keys against some thousands of rows as a hash join over a
+//     sequential scan, since the planner prices an index probe as a random
+//     read from disk (random_page_cost) while the pages are in memory: 412
+//     scans of dedup_keys in a bench-e2e run, 6 million rows, until the
+//     table passed about 40,000 rows; 2 ms a batch where the key takes 0.5.
+//     And they planned every batch again.
+//
+// With sequential scans off, the generic plan is the index lookup from the
+// first batch on, at every size, and planned once per connection. A key
+// lookup is an index lookup. The other statements keep the defaults.
+func queueKeyLookups(b *pgx.Batch, on bool) {
+	seqscan := "on"
 	if on {
-		mode, seqscan = "force_custom_plan", "off"
+		seqscan = "off"
 	}
-	b.Queue(`SELECT set_config('plan_cache_mode', $1, true), set_config('enable_seqscan', $2, true)`, mode, seqscan)
+	b.Queue(`SELECT set_config('enable_seqscan', $1, true)`, seqscan)
 }
 
 // Check reports whether the sent statements of l returned what was asked.
@@ -157,11 +157,11 @@ func (l *Loaded) Check() error {
 // same new payment, or the same dedup key, and the second fails with a
 // unique violation and is retried against the first one's result.
 func QueueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayment) {
-	queueCustomPlans(b, true)
+	queueKeyLookups(b, true)
 	queueLoadPayments(b, keys, into)
 }
 
-// queueLoadPayments is QueueLoadPayments with custom plans already on.
+// queueLoadPayments is QueueLoadPayments with key lookups already on.
 func queueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayment) {
 	for _, k := range keys {
 		if into[k] == nil {
@@ -180,7 +180,7 @@ func queueLoadPayments(b *pgx.Batch, keys []string, into map[string]*LoadedPayme
 			})
 			return err
 		})
-	queueCustomPlans(b, false)
+	queueKeyLookups(b, false)
 	b.Queue(`
 		SELECT `+deliveryColumns+` FROM deliveries
 		 WHERE payment_key = ANY($1) AND status = 'deferred'
@@ -405,8 +405,7 @@ func queueOutcomes(b *pgx.Batch, os []Outcome) {
 }
 
 // queuePayments queues the insert of new payments and the update of
-// stored ones, which looks them up by key with a custom plan
-// (queueCustomPlans).
+// stored ones, which looks them up by key (queueKeyLookups).
 func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
 	var (
 		keys, sources, ids, statuses, currencies, states []string
@@ -448,7 +447,7 @@ func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
 	if news == len(keys) {
 		return nil
 	}
-	queueCustomPlans(b, true)
+	queueKeyLookups(b, true)
 	b.Queue(`
 		UPDATE payments p SET status = u.st, version = u.v, amount_minor = u.a, currency = u.c, state = u.j,
 		       last_event_at = GREATEST(p.last_event_at, u.l), updated_at = now()
@@ -456,7 +455,7 @@ func queuePayments(b *pgx.Batch, ps []PaymentWrite) error {
 		       AS u(k, st, v, a, c, j, l, new)
 		 WHERE p.payment_key = u.k AND NOT u.new`,
 		keys, statuses, versions, amounts, currencies, states, lastEvents, fresh)
-	queueCustomPlans(b, false)
+	queueKeyLookups(b, false)
 	return nil
 }
 
