@@ -66,6 +66,7 @@ type options struct {
 	brokerPID           int
 	linger              time.Duration
 	compression         string
+	client              string
 }
 
 func main() {
@@ -82,6 +83,7 @@ func main() {
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, to report its CPU (default: the local stack's; 0: not reported)")
 	flag.DurationVar(&o.linger, "linger", -1, "override ingest's producer linger (experiments)")
 	flag.StringVar(&o.compression, "compression", "", "override ingest's producer compression: none, snappy, lz4, zstd (experiments)")
+	flag.StringVar(&o.client, "client", "fasthttp", `the load generator's HTTP client: "fasthttp" (a fraction of net/http's CPU per request, which the targets get instead) or "net/http" (as before 2026-12-02)`)
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -93,6 +95,9 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	if o.client != "fasthttp" && o.client != "net/http" {
+		return fmt.Errorf(`-client %q: want "fasthttp" or "net/http"`, o.client)
+	}
 	brokers := brokersFromEnv()
 	if len(brokers) == 0 {
 		return errors.New("no Kafka: set PAYSTREAM_TEST_KAFKA_BROKERS (make bench-ingest does, after deploy/stack.sh up)")
@@ -165,11 +170,14 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return nil, cpuUse{}, err
 		}
+		var sender loadgen.Sender = &loadgen.HTTPSender{BaseURL: url, Client: loadgen.NewClient(o.concurrency, 10*time.Second)}
+		if o.client == "fasthttp" {
+			if sender, err = loadgen.NewFastSender(url, o.concurrency, 10*time.Second); err != nil {
+				return nil, cpuUse{}, err
+			}
+		}
 		before := readCPU(o.brokerPID)
-		res, err := loadgen.Run(ctx, loadgen.Config{
-			URL: url, Generator: gen, Rate: rate, Concurrency: o.concurrency, Duration: d,
-			Client: loadgen.NewClient(o.concurrency, 10*time.Second),
-		})
+		res, err := loadgen.Run(ctx, loadgen.Config{URL: url, Generator: gen, Rate: rate, Concurrency: o.concurrency, Duration: d, Sender: sender})
 		if err == nil && ctx.Err() != nil {
 			err = ctx.Err()
 		}

@@ -29,6 +29,7 @@ type loadgenCmd struct {
 	Payments    int           `help:"Distinct payment ids; each goes created → paid → refunds (or repeated facts) as it gets events." default:"1000"`
 	Duplicates  float64       `help:"Fraction of requests, in [0,1), that re-send an event already sent (same ids and body, fresh signature), like gateway retries." default:"0"`
 	Timeout     time.Duration `help:"Per-request timeout." default:"10s"`
+	Client      string        `help:"HTTP client: net/http, or fasthttp (HTTP/1.1 only, about two thirds of net/http's CPU per request: for a load generator sharing the machine with ingest)." enum:"net/http,fasthttp" default:"net/http"`
 	JSON        bool          `help:"Print the final report as JSON on stdout." name:"json"`
 	Quiet       bool          `help:"No progress on stderr." short:"q"`
 }
@@ -48,7 +49,8 @@ Examples:
 
 Latency is measured per request from sending it to reading the whole answer. When the target rate
 is not reached (the report says so), the workers were all busy: raise --concurrency. On a small
-machine the load generator competes with ingest and Kafka for CPU; see 'make bench-ingest'.`
+machine the load generator competes with ingest and Kafka for CPU (--client fasthttp takes less
+of it); see 'make bench-ingest'.`
 }
 
 // rateFlag is a request rate: "500", "500/s", "30000/m", "0".
@@ -146,6 +148,11 @@ func (c *loadgenCmd) run(ctx context.Context, stdout, stderr io.Writer, tty bool
 		Duration:    c.Duration,
 		Requests:    c.Requests,
 		Client:      loadgen.NewClient(c.Concurrency, c.Timeout),
+	}
+	if c.Client == "fasthttp" {
+		if cfg.Sender, err = loadgen.NewFastSender(c.URL, c.Concurrency, c.Timeout); err != nil {
+			return fmt.Errorf("--url: %w", err)
+		}
 	}
 	if !c.Quiet {
 		fmt.Fprintf(stderr, "loadgen: run %s → %s, sources %s\n", run, c.URL, strings.Join(used, ", "))

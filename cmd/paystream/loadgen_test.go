@@ -114,6 +114,13 @@ func TestLoadgenCommand(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "200: 5") || !strings.Contains(r.stdout, "p99 ") || r.stderr != "" {
 		t.Errorf("--source st -q: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
+
+	// fasthttp's client: every request verified too.
+	before := ok.Load()
+	r = paystream(t, nil, "loadgen", "--sources", path, "--url", url, "--client", "fasthttp", "-n", "30", "-c", "4", "-q")
+	if r.code != 0 || !strings.Contains(r.stdout, "200: 30") || ok.Load()-before != 30 || bad.Load() != 0 {
+		t.Errorf("--client fasthttp: exit %d, server verified %d and rejected %d\nstdout: %s\nstderr: %s", r.code, ok.Load()-before, bad.Load(), r.stdout, r.stderr)
+	}
 }
 
 func TestLoadgenUsageErrors(t *testing.T) {
@@ -127,6 +134,7 @@ func TestLoadgenUsageErrors(t *testing.T) {
 		{[]string{"--duplicates", "1", "-n", "1"}, "--duplicates"},
 		{[]string{"--rate", "fast", "-n", "1"}, "rate"},
 		{[]string{"-c", "0", "-n", "1"}, "--concurrency"},
+		{[]string{"--client", "curl", "-n", "1"}, "--client"},
 	} {
 		r := paystream(t, nil, append([]string{"loadgen", "--sources", path, "--url", "http://127.0.0.1:1"}, c.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
