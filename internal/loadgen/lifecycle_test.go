@@ -87,14 +87,7 @@ func TestLifecycleSchedule(t *testing.T) {
 func TestRunScheduleSendsEachOnce(t *testing.T) {
 	t.Parallel()
 	vs := newVerifyingServer(t)
-	for name, sender := range senders(t, vs.URL, 8) {
-		t.Run(name, func(t *testing.T) {
-			vs.mu.Lock()
-			vs.keys, vs.bad = map[string]int{}, 0
-			vs.mu.Unlock()
-			testRunScheduleSendsEachOnce(t, vs, sender)
-		})
-	}
+	eachSender(t, vs, func(t *testing.T, sender Sender) { testRunScheduleSendsEachOnce(t, vs, sender) })
 }
 
 func testRunScheduleSendsEachOnce(t *testing.T, vs *verifyingServer, sender Sender) {

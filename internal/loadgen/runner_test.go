@@ -87,6 +87,20 @@ func senders(t *testing.T, url string, conns int) map[string]Sender {
 	return map[string]Sender{"net/http": nil, "fasthttp": fast}
 }
 
+// eachSender runs test once with each sender against vs, one after the
+// other, vs's counts reset before each.
+func eachSender(t *testing.T, vs *verifyingServer, test func(*testing.T, Sender)) {
+	t.Helper()
+	for name, sender := range senders(t, vs.URL, 8) {
+		t.Run(name, func(t *testing.T) {
+			vs.mu.Lock()
+			vs.keys, vs.bad = map[string]int{}, 0
+			vs.mu.Unlock()
+			test(t, sender)
+		})
+	}
+}
+
 // TestRunCountsEveryAnswer: a run of N requests over every driver gets N
 // verified 200s, whichever client sends them (so both send the headers,
 // query and body each driver signs); the duplicates it reports are exactly
@@ -95,14 +109,7 @@ func senders(t *testing.T, url string, conns int) map[string]Sender {
 func TestRunCountsEveryAnswer(t *testing.T) {
 	t.Parallel()
 	vs := newVerifyingServer(t)
-	for name, sender := range senders(t, vs.URL, 8) {
-		t.Run(name, func(t *testing.T) {
-			vs.mu.Lock()
-			vs.keys, vs.bad = map[string]int{}, 0
-			vs.mu.Unlock()
-			testRunCountsEveryAnswer(t, vs, sender)
-		})
-	}
+	eachSender(t, vs, func(t *testing.T, sender Sender) { testRunCountsEveryAnswer(t, vs, sender) })
 }
 
 func testRunCountsEveryAnswer(t *testing.T, vs *verifyingServer, sender Sender) {
