@@ -2,7 +2,7 @@
 // teams write, on the same machine, with the same workload, in the same
 // run. `make bench-e2e` runs it on the local stack (deploy/stack.sh).
 //
-//	go run ./bench/e2e [-quick] [-rate 5000] [-deliveries 60000] [-warmup 20000] [-repeats 0.2] [-body 1024] [-c 64] [-json out.json]
+//	go run ./bench/e2e [-quick] [-rate 5000] [-deliveries 60000] [-rounds 2] [-warmup 20000] [-repeats 0.2] [-body 1024] [-c 64] [-json out.json]
 //
 // # What runs
 //
@@ -26,6 +26,15 @@
 // third or more of the broker's CPU for minutes. The report still shows
 // what the compiler took during each run ("of which the broker's JIT
 // compiler"): near zero once the broker is warm.
+//
+// Each design runs the workload -rounds times (2 by default), alternated:
+// paystream then the baseline, then the baseline then paystream, and so
+// on, each round with its own payments, schemas and topics. The VM this
+// was built on changes speed by up to 1.7× over minutes; with one round
+// each, a change between the two halves of a run moved the ratio from
+// 1.9× to 3.0× between consecutive runs of the same code. The table is
+// over every round (counts, times and CPU summed, latency percentiles over
+// every sample), and each round's ratio is printed under it.
 //
 // # Workload
 //
@@ -104,6 +113,7 @@ type options struct {
 	bodyBytes     int
 	concurrency   int
 	client        string
+	rounds        int
 	partitions    int
 	baselineConns int
 	brokerPID     int
@@ -130,6 +140,7 @@ func main() {
 	flag.IntVar(&o.bodyBytes, "body", 1024, "approximate body size in bytes")
 	flag.IntVar(&o.concurrency, "c", 64, "load generator connections")
 	flag.StringVar(&o.client, "client", "fasthttp", `the load generator's HTTP client: "fasthttp" (a fraction of net/http's CPU per request, which the designs under test get instead), or "net/http" (as before 2026-12-02)`)
+	flag.IntVar(&o.rounds, "rounds", 2, "rounds of the whole workload per design, alternated (paystream then the baseline, then the other way round), each with its own payments, schemas and topics: a change in the machine's speed during the bench then hits both designs. The table is over every round; each round's ratio is printed too")
 	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the raw and state topics")
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
@@ -177,6 +188,9 @@ func run(ctx context.Context, o options) error {
 	if o.rate < 0 {
 		return fmt.Errorf("-rate %v: want a positive rate, or 0 for as fast as possible", o.rate)
 	}
+	if o.rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
 	if o.client != "fasthttp" && o.client != "net/http" {
 		return fmt.Errorf(`-client %q: want "fasthttp" or "net/http"`, o.client)
 	}
@@ -206,11 +220,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	suffix := randomHex(3)
-	builder, err := loadgen.NewBuilder(lsrcs[0], suffix, 1)
-	if err != nil {
-		return err
-	}
-	workload, err := loadgen.NewLifecycle(loadgen.LifecycleConfig{Builder: builder, Payments: payments, Repeats: o.repeats, BodyBytes: o.bodyBytes})
+	workload, err := newWorkload(lsrcs[0], suffix, payments, o.repeats, o.bodyBytes)
 	if err != nil {
 		return err
 	}
@@ -240,18 +250,37 @@ func run(ctx context.Context, o options) error {
 			return fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	pipe, err := b.runPipeline(ctx, suffix)
-	if err != nil {
-		return fmt.Errorf("pipeline: %w", err)
-	}
-	base, err := b.runBaseline(ctx, suffix)
-	if err != nil {
-		return fmt.Errorf("baseline: %w", err)
+	var pipes, bases []*result
+	var rounds []roundResult
+	for i := range o.rounds {
+		rb, rsuffix := *b, suffix
+		if o.rounds > 1 {
+			rsuffix = fmt.Sprintf("%sr%d", suffix, i+1)
+			fmt.Printf("== round %d of %d\n", i+1, o.rounds)
+			if i > 0 {
+				if rb.workload, err = newWorkload(lsrcs[0], rsuffix, payments, o.repeats, o.bodyBytes); err != nil {
+					return err
+				}
+			}
+		}
+		pipe, base, err := rb.runRound(ctx, rsuffix, i%2 == 1)
+		if err != nil {
+			return err
+		}
+		pipes, bases = append(pipes, pipe), append(bases, base)
+		rounds = append(rounds, roundResult{Paystream: pipe.EndToEndPerSec, Baseline: base.EndToEndPerSec, Ratio: pipe.EndToEndPerSec / base.EndToEndPerSec,
+			PaystreamCPU: pipe.cpuTotal(), BaselineCPU: base.cpuTotal()})
+		if o.rounds > 1 {
+			fmt.Printf("   round %d: paystream %.0f, baseline %.0f deliveries/s end to end: %.2f×\n\n", i+1, pipe.EndToEndPerSec, base.EndToEndPerSec, rounds[i].Ratio)
+		}
 	}
 	rep := report{Kind: kind, Machine: machine, Workload: workloadInfo{
-		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments,
+		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments, Rounds: o.rounds,
 		BodyBytes: o.bodyBytes, Connections: o.concurrency, Client: o.client, Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
-	}, Paystream: pipe, Baseline: base}
+	}, Paystream: mergeResults(pipes), Baseline: mergeResults(bases)}
+	if o.rounds > 1 {
+		rep.Rounds = rounds
+	}
 	fmt.Println()
 	fmt.Print(rep.markdown())
 	if o.jsonPath != "" {
@@ -268,16 +297,11 @@ func run(ctx context.Context, o options) error {
 // Only the Kafka broker runs a JIT: on a freshly started stack its
 // compiler threads take most of its CPU for minutes, which a benchmark of
 // the broker's steady state should not count. Postgres and the Go
-// processes need no warm-up (the baseline runs on the same Postgres, after
-// paystream).
+// processes need no warm-up (the baseline runs on the same Postgres).
 func (b *bench) warmUp(ctx context.Context, src loadgen.Source, deliveries int) error {
 	suffix := randomHex(3)
-	builder, err := loadgen.NewBuilder(src, suffix, 1)
-	if err != nil {
-		return err
-	}
 	payments := max(int(float64(deliveries)*(1-b.repeats))/loadgen.LifecycleSteps, 1)
-	workload, err := loadgen.NewLifecycle(loadgen.LifecycleConfig{Builder: builder, Payments: payments, Repeats: b.repeats, BodyBytes: b.bodyBytes})
+	workload, err := newWorkload(src, suffix, payments, b.repeats, b.bodyBytes)
 	if err != nil {
 		return err
 	}
@@ -290,6 +314,44 @@ func (b *bench) warmUp(ctx context.Context, src loadgen.Source, deliveries int) 
 	}
 	fmt.Printf("   %.0f deliveries/s, the broker's JIT compiler %.0f µs/delivery\n\n", r.EndToEndPerSec, r.CPU[jitCPU])
 	return nil
+}
+
+// newWorkload is the lifecycle of payments payments, signed for src, with
+// ids of run suffix.
+func newWorkload(src loadgen.Source, suffix string, payments int, repeats float64, bodyBytes int) (*loadgen.Lifecycle, error) {
+	builder, err := loadgen.NewBuilder(src, suffix, 1)
+	if err != nil {
+		return nil, err
+	}
+	return loadgen.NewLifecycle(loadgen.LifecycleConfig{Builder: builder, Payments: payments, Repeats: repeats, BodyBytes: bodyBytes})
+}
+
+// runRound runs b's workload through both designs, the baseline first if
+// baselineFirst.
+func (b *bench) runRound(ctx context.Context, suffix string, baselineFirst bool) (pipe, base *result, err error) {
+	runPipe := func() (err error) {
+		if pipe, err = b.runPipeline(ctx, suffix); err != nil {
+			err = fmt.Errorf("pipeline: %w", err)
+		}
+		return err
+	}
+	runBase := func() (err error) {
+		if base, err = b.runBaseline(ctx, suffix); err != nil {
+			err = fmt.Errorf("baseline: %w", err)
+		}
+		return err
+	}
+	first, second := runPipe, runBase
+	if baselineFirst {
+		first, second = runBase, runPipe
+	}
+	if err := first(); err != nil {
+		return nil, nil, err
+	}
+	if err := second(); err != nil {
+		return nil, nil, err
+	}
+	return pipe, base, nil
 }
 
 // progress prints the load's progress on one line of stderr.

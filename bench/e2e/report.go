@@ -16,12 +16,27 @@ type report struct {
 	Workload  workloadInfo `json:"workload"`
 	Paystream *result      `json:"paystream"`
 	Baseline  *result      `json:"baseline"`
+	// Rounds are each round's figures when there were several (the
+	// results above are over all of them).
+	Rounds []roundResult `json:"rounds,omitempty"`
+}
+
+// roundResult is one round's end-to-end rates and all-CPU per delivery.
+type roundResult struct {
+	Paystream    float64 `json:"paystream_deliveries_per_sec"`
+	Baseline     float64 `json:"baseline_deliveries_per_sec"`
+	Ratio        float64 `json:"ratio"`
+	PaystreamCPU float64 `json:"paystream_all_cpu_us_per_delivery"`
+	BaselineCPU  float64 `json:"baseline_all_cpu_us_per_delivery"`
 }
 
 type workloadInfo struct {
-	Deliveries  int `json:"deliveries"`
-	Repeats     int `json:"repeats"`
-	Payments    int `json:"payments"`
+	Deliveries int `json:"deliveries"`
+	Repeats    int `json:"repeats"`
+	Payments   int `json:"payments"`
+	// Rounds is how many times each design ran the workload (deliveries,
+	// repeats and payments are per round).
+	Rounds      int `json:"rounds"`
 	BodyBytes   int `json:"body_bytes"`
 	Connections int `json:"connections"`
 	// Client is the load generator's HTTP client: fasthttp or net/http.
@@ -67,9 +82,13 @@ func (rep *report) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "bench-e2e, %s — %s, commit %s, %d CPUs (%s), load average before %s\n\n",
 		rep.Kind, rep.Machine.Date, rep.Machine.Commit, rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.LoadAvg)
-	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections (%s), %d partitions, %s\n\n",
+	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections (%s), %d partitions, %s",
 		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Client, rep.Workload.Partitions,
 		rateText(rep.Workload.Rate))
+	if n := rep.Workload.Rounds; n > 1 {
+		fmt.Fprintf(&sb, "; %d rounds per design, alternated, and the table is over all of them", n)
+	}
+	sb.WriteString("\n\n")
 	sb.WriteString("| | paystream | sync baseline | paystream ÷ baseline |\n|---|--:|--:|--:|\n")
 	row := func(name string, pv, bv float64, format string) {
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s |\n", name, fmt.Sprintf(format, pv), fmt.Sprintf(format, bv), ratio(pv, bv))
@@ -144,6 +163,10 @@ func (rep *report) markdown() string {
 		fmt.Fprintf(&sb, " (%s)", p.PublishNote)
 	}
 	sb.WriteString("; for the baseline, published = committed, which happens before its answer.\n")
+	for i, r := range rep.Rounds {
+		fmt.Fprintf(&sb, "- round %d: paystream %.0f, baseline %.0f deliveries/s end to end (%.2f×); all CPU %.0f and %.0f µs/delivery\n",
+			i+1, r.Paystream, r.Baseline, r.Ratio, r.PaystreamCPU, r.BaselineCPU)
+	}
 	sb.WriteString("- The Kafka broker and Postgres are shared: their CPU and the WAL include anything else running on them during each run" +
 		" (the baseline does not use Kafka: its broker figure is that background).\n")
 	return sb.String()

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -15,9 +16,11 @@ import (
 
 // result is what one target measured.
 type result struct {
-	Name     string          `json:"name"`
-	Load     *loadgen.Result `json:"load"`
-	Accepted int64           `json:"accepted"`
+	Name string `json:"name"`
+	// Deliveries is the workload's length (over every round once merged).
+	Deliveries int             `json:"deliveries"`
+	Load       *loadgen.Result `json:"load"`
+	Accepted   int64           `json:"accepted"`
 	// AcceptedPerSec is 2xx answers per second of the load.
 	AcceptedPerSec float64 `json:"accepted_per_sec"`
 	AcceptP50      float64 `json:"accept_p50_ms"`
@@ -50,6 +53,69 @@ type result struct {
 	EventsPerSinkTransaction float64 `json:"state_events_per_sink_transaction,omitempty"`
 	// Pacing is set in a run at a fixed arrival rate (-rate).
 	Pacing *pacing `json:"pacing,omitempty"`
+
+	publishLat []time.Duration // accepted → published, per state event
+}
+
+// mergeResults combines the rounds of one design into one result, as if
+// they were one run: counts, times, CPU and WAL add up, so rates and
+// figures per delivery are over every round, and the latency percentiles
+// are over every sample.
+func mergeResults(rs []*result) *result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	m := &result{Name: rs[0].Name, Load: &loadgen.Result{}, CPU: map[string]float64{}, PublishNote: rs[0].PublishNote}
+	var (
+		checks                   []string
+		cpu                      = map[string]float64{} // µs
+		records, batches, events float64
+	)
+	for i, r := range rs {
+		m.Deliveries += r.Deliveries
+		m.Load.Merge(r.Load)
+		m.EndToEnd += r.EndToEnd
+		m.Published += r.Published
+		m.publishLat = append(m.publishLat, r.publishLat...)
+		for k, v := range r.CPU {
+			cpu[k] += v * float64(r.Deliveries)
+		}
+		m.WALBytes += r.WALBytes
+		checks = append(checks, fmt.Sprintf("round %d %s", i+1, r.Check))
+		m.ProcessorTransactions += r.ProcessorTransactions
+		records += r.DeliveriesPerTransaction * float64(r.ProcessorTransactions)
+		batches += r.BatchesPerTransaction * float64(r.ProcessorTransactions)
+		m.SinkTransactions += r.SinkTransactions
+		events += r.EventsPerSinkTransaction * float64(r.SinkTransactions)
+		if r.Pacing != nil {
+			if m.Pacing == nil {
+				m.Pacing = &pacing{Rate: r.Pacing.Rate}
+			}
+			m.Pacing.Late += r.Pacing.Late
+			m.Pacing.MaxLateMS = max(m.Pacing.MaxLateMS, r.Pacing.MaxLateMS)
+		}
+		if r.PublishNote != rs[0].PublishNote {
+			m.PublishNote += fmt.Sprintf("; round %d: %s", i+1, r.PublishNote)
+		}
+	}
+	m.fill(m.Load)
+	m.EndToEndPerSec = float64(m.Deliveries) / m.EndToEnd
+	for k, v := range cpu {
+		m.CPU[k] = v / float64(m.Deliveries)
+	}
+	m.WALBytesPerDelivery = float64(m.WALBytes) / float64(m.Deliveries)
+	m.Check = strings.Join(checks, "; ")
+	if m.ProcessorTransactions > 0 {
+		m.DeliveriesPerTransaction = records / float64(m.ProcessorTransactions)
+		m.BatchesPerTransaction = batches / float64(m.ProcessorTransactions)
+	}
+	if m.SinkTransactions > 0 {
+		m.EventsPerSinkTransaction = events / float64(m.SinkTransactions)
+	}
+	if len(m.publishLat) > 0 {
+		m.PublishP50, m.PublishP99 = ms(quantile(m.publishLat, 0.5)), ms(quantile(m.publishLat, 0.99))
+	}
+	return m
 }
 
 // fill sets the load's numbers.
@@ -152,7 +218,7 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &result{Name: "paystream", Pacing: paced()}
+	r := &result{Name: "paystream", Deliveries: b.workload.Len(), Pacing: paced()}
 	r.fill(load)
 
 	// Wait for the last delivery in Postgres and the last state event.
@@ -221,7 +287,7 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 			lat = append(lat, arr.at.Sub(time.Unix(0, t)))
 		}
 	}
-	r.Published = len(lat)
+	r.Published, r.publishLat = len(lat), lat
 	r.PublishP50, r.PublishP99 = ms(quantile(lat, 0.5)), ms(quantile(lat, 0.99))
 	if mismatched > 0 {
 		r.PublishNote = fmt.Sprintf("%d state events matched no webhook of the run by event id, payment key and version", mismatched)
@@ -271,7 +337,7 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 	if err != nil {
 		return nil, err
 	}
-	r := &result{Name: "baseline", Pacing: paced()}
+	r := &result{Name: "baseline", Deliveries: b.workload.Len(), Pacing: paced()}
 	r.fill(load)
 	if err := b.finish(ctx, r, &m, cpu0, wal0); err != nil {
 		return nil, err
