@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/paystream/paystream/ingest"
 )
 
 // discardWriter is a reusable http.ResponseWriter that keeps only the
@@ -29,7 +31,7 @@ func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 // benchmark's own request building, GC): unlike ns/op it moves little when
 // other work shares the machine, so it is the number to compare.
 func BenchmarkWebhook(b *testing.B) {
-	bn := setup(b, nil)
+	bn := setup(b, ingest.HTTPServerNet, nil)
 	h := bn.srv.Handler()
 	now := time.Now()
 	w := signedStandard(b, "sw", swSecret, "msg_bench", now, paidBody("pay_bench", now))

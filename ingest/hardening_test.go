@@ -88,53 +88,54 @@ func layoutTopics(t testing.TB, brokers []string, sources map[string]*source.Sou
 // topics for base64 bodies, anything above about 750,000 bytes was 503
 // forever (MESSAGE_TOO_LARGE).
 func TestLargestBodiesAccepted(t *testing.T) {
-	t.Parallel()
-	brokers := testenv.Kafka(t)
-	sources := loadSources(t)
-	raw, dlq := layoutTopics(t, brokers, sources)
-	srv, err := ingest.New(ingest.Config{
-		Sources: sources, Brokers: brokers, Topic: raw, DLQTopic: dlq,
-		Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
+	eachServer(t, func(t *testing.T, server string) {
+		brokers := testenv.Kafka(t)
+		sources := loadSources(t)
+		raw, dlq := layoutTopics(t, brokers, sources)
+		srv, err := ingest.New(ingest.Config{
+			HTTPServer: server,
+			Sources:    sources, Brokers: brokers, Topic: raw, DLQTopic: dlq,
+			Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &bench{brokers: brokers, raw: raw, dlq: dlq, srv: srv, url: newServer(t, srv)}
+		t.Logf("max record bytes for a 1 MiB body: %d", srv.MaxRecordBytes())
+
+		limit := int(source.DefaultMaxBodyBytes)
+		now := time.Now()
+		body := bodyOfSize(t, "pay_big_"+uniq(), now, limit)
+		if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_big_"+uniq(), now, body)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("signed body of %d bytes (max_body_bytes): %d %s, want 200", limit, resp.StatusCode, text)
+		}
+		recs := consume(t, brokers, raw, 1)
+		env, err := envelope.DecodeRaw(recs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(env.Body, []byte(body)) {
+			t.Fatalf("raw record's body: %d bytes, not the %d sent", len(env.Body), len(body))
+		}
+		t.Logf("raw record of a %d-byte body: %d bytes", limit, len(recs[0].Value)+len(recs[0].Key))
+
+		over := bodyOfSize(t, "pay_over_"+uniq(), now, limit+1)
+		if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_over_"+uniq(), now, over)); resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("body of %d bytes: %d %s, want 413", limit+1, resp.StatusCode, text)
+		}
+
+		// Dead-lettered: authentic, 1 MiB, unknown type.
+		dead := strings.Replace(bodyOfSize(t, "pay_dead_"+uniq(), now, limit), `"payment.paid"`, `"payment.odd!"`, 1)
+		if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_dead_"+uniq(), now, dead)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("unprocessable body of %d bytes: %d %s, want 200", limit, resp.StatusCode, text)
+		}
+		if d := consume(t, brokers, dlq, 1); len(d[0].Value) < limit {
+			t.Fatalf("DLQ record of %d bytes, want the 1 MiB body in it", len(d[0].Value))
+		}
+		if n := endOffsets(t, brokers, raw); n != 1 {
+			t.Errorf("raw topic has %d records, want 1", n)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	b := &bench{brokers: brokers, raw: raw, dlq: dlq, srv: srv, url: newServer(t, srv)}
-	t.Logf("max record bytes for a 1 MiB body: %d", srv.MaxRecordBytes())
-
-	limit := int(source.DefaultMaxBodyBytes)
-	now := time.Now()
-	body := bodyOfSize(t, "pay_big_"+uniq(), now, limit)
-	if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_big_"+uniq(), now, body)); resp.StatusCode != http.StatusOK {
-		t.Fatalf("signed body of %d bytes (max_body_bytes): %d %s, want 200", limit, resp.StatusCode, text)
-	}
-	recs := consume(t, brokers, raw, 1)
-	env, err := envelope.DecodeRaw(recs[0].Value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(env.Body, []byte(body)) {
-		t.Fatalf("raw record's body: %d bytes, not the %d sent", len(env.Body), len(body))
-	}
-	t.Logf("raw record of a %d-byte body: %d bytes", limit, len(recs[0].Value)+len(recs[0].Key))
-
-	over := bodyOfSize(t, "pay_over_"+uniq(), now, limit+1)
-	if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_over_"+uniq(), now, over)); resp.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("body of %d bytes: %d %s, want 413", limit+1, resp.StatusCode, text)
-	}
-
-	// Dead-lettered: authentic, 1 MiB, unknown type.
-	dead := strings.Replace(bodyOfSize(t, "pay_dead_"+uniq(), now, limit), `"payment.paid"`, `"payment.odd!"`, 1)
-	if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_dead_"+uniq(), now, dead)); resp.StatusCode != http.StatusOK {
-		t.Fatalf("unprocessable body of %d bytes: %d %s, want 200", limit, resp.StatusCode, text)
-	}
-	if d := consume(t, brokers, dlq, 1); len(d[0].Value) < limit {
-		t.Fatalf("DLQ record of %d bytes, want the 1 MiB body in it", len(d[0].Value))
-	}
-	if n := endOffsets(t, brokers, raw); n != 1 {
-		t.Errorf("raw topic has %d records, want 1", n)
-	}
 }
 
 // slowBody opens a connection to base and sends a signed webhook's headers
@@ -202,92 +203,97 @@ func burst(t *testing.T, b *bench, n int, size int) map[int]int {
 // further webhook is answered 503 with Retry-After at once and counted as
 // overloaded; once the slow ones finish (200), webhooks are accepted again.
 func TestInFlightCap(t *testing.T) {
-	t.Parallel()
-	const maxInFlight, extra = 4, 20
-	b := setup(t, func(c *ingest.Config) { c.MaxInFlight = maxInFlight })
-	var finishes []func() int
-	for range maxInFlight {
-		now := time.Now()
-		finishes = append(finishes, slowBody(t, b.url, signedStandard(t, "sw", swSecret, "msg_slow_"+uniq(), now, paidBody("pay_slow_"+uniq(), now))))
-	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
-		return v == maxInFlight
-	}, "%d slow requests in flight", maxInFlight)
+	eachServer(t, func(t *testing.T, server string) {
+		const maxInFlight, extra = 4, 20
+		const slowSize = 10000 // fasthttp reads 8 KiB of a body before its handler runs
+		b := setup(t, server, func(c *ingest.Config) { c.MaxInFlight = maxInFlight })
+		var finishes []func() int
+		for range maxInFlight {
+			now := time.Now()
+			finishes = append(finishes, slowBody(t, b.url, signedStandard(t, "sw", swSecret, "msg_slow_"+uniq(), now, bodyOfSize(t, "pay_slow_"+uniq(), now, slowSize))))
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
+			return v == maxInFlight
+		}, "%d slow requests in flight", maxInFlight)
 
-	codes := burst(t, b, extra, 200)
-	t.Logf("with %d slow bodies in flight (cap %d), %d more requests: %v", maxInFlight, maxInFlight, extra, codes)
-	if codes[http.StatusServiceUnavailable] != extra {
-		t.Errorf("%d of %d requests over the cap answered 503, want all", codes[http.StatusServiceUnavailable], extra)
-	}
-	for i, finish := range finishes {
-		if code := finish(); code != http.StatusOK {
-			t.Errorf("slow request %d: %d, want 200", i, code)
+		codes := burst(t, b, extra, 200)
+		t.Logf("with %d slow bodies in flight (cap %d), %d more requests: %v", maxInFlight, maxInFlight, extra, codes)
+		if codes[http.StatusServiceUnavailable] != extra {
+			t.Errorf("%d of %d requests over the cap answered 503, want all", codes[http.StatusServiceUnavailable], extra)
 		}
-	}
-	if codes := burst(t, b, 2, 200); codes[http.StatusOK] != 2 {
-		t.Errorf("after the slow requests finished: %v, want 2 × 200", codes)
-	}
-	mfs := scrape(t, b.url)
-	for _, c := range []struct {
-		name   string
-		labels map[string]string
-		want   float64
-	}{
-		{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "overloaded"}, extra},
-		{"paystream_ingest_overload_rejections_total", map[string]string{"limit": "in_flight"}, extra},
-		{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "accepted"}, maxInFlight + 2},
-		{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "unavailable"}, 0},
-	} {
-		if v, ok := metricValue(mfs, c.name, c.labels); v != c.want {
-			t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
+		for i, finish := range finishes {
+			if code := finish(); code != http.StatusOK {
+				t.Errorf("slow request %d: %d, want 200", i, code)
+			}
 		}
-	}
+		if codes := burst(t, b, 2, 200); codes[http.StatusOK] != 2 {
+			t.Errorf("after the slow requests finished: %v, want 2 × 200", codes)
+		}
+		mfs := scrape(t, b.url)
+		for _, c := range []struct {
+			name   string
+			labels map[string]string
+			want   float64
+		}{
+			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "overloaded"}, extra},
+			{"paystream_ingest_overload_rejections_total", map[string]string{"limit": "in_flight"}, extra},
+			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "accepted"}, maxInFlight + 2},
+			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "unavailable"}, 0},
+		} {
+			if v, ok := metricValue(mfs, c.name, c.labels); v != c.want {
+				t.Errorf("%s%v = %v (present %v), want %v", c.name, c.labels, v, ok, c.want)
+			}
+		}
+	})
 }
 
 // TestBufferedBodyBytesCap: requests whose announced bodies would pass
 // MaxBufferedBodyBytes are answered 503 while slow bodies hold it; smaller
 // ones still get in.
 func TestBufferedBodyBytesCap(t *testing.T) {
-	t.Parallel()
-	sources, err := source.Parse([]byte(`
+	eachServer(t, func(t *testing.T, server string) {
+		sources, err := source.Parse([]byte(`
 sources:
   - name: sw
     driver: standardwebhooks
     secrets: ["`+swSecret+`"]
-    max_body_bytes: 8192
+    max_body_bytes: 16384
 `), drivers.Factories())
-	if err != nil {
-		t.Fatal(err)
-	}
-	const size, budget = 6000, 14000 // two slow bodies fit, a third does not
-	b := setup(t, func(c *ingest.Config) { c.Sources = sources; c.MaxBufferedBodyBytes = budget })
-	var finishes []func() int
-	for range 2 {
-		now := time.Now()
-		finishes = append(finishes, slowBody(t, b.url, signedStandard(t, "sw", swSecret, "msg_slow_"+uniq(), now, bodyOfSize(t, "pay_slow_"+uniq(), now, size))))
-	}
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
-		return v == 2
-	}, "2 slow requests in flight")
-	big := burst(t, b, 10, size)
-	small := burst(t, b, 3, 500) // 12,000 + 500 fits
-	t.Logf("with 2 × %d body bytes held (cap %d): 10 × %d bytes → %v; 3 × 500 bytes → %v", size, budget, size, big, small)
-	if big[http.StatusServiceUnavailable] != 10 {
-		t.Errorf("%v for bodies over the budget, want 10 × 503", big)
-	}
-	if small[http.StatusOK] != 3 {
-		t.Errorf("%v for bodies within the budget, want 3 × 200", small)
-	}
-	for i, finish := range finishes {
-		if code := finish(); code != http.StatusOK {
-			t.Errorf("slow request %d: %d, want 200", i, code)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if v, _ := metricValue(scrape(t, b.url), "paystream_ingest_overload_rejections_total", map[string]string{"limit": "body_bytes"}); v != 10 {
-		t.Errorf("body_bytes rejections = %v, want 10", v)
-	}
+		// Two slow bodies fit, a third does not. Over 8 KiB: fasthttp reads
+		// that much of a body before its handler runs.
+		const size, budget = 10000, 22000
+		b := setup(t, server, func(c *ingest.Config) { c.Sources = sources; c.MaxBufferedBodyBytes = budget })
+		var finishes []func() int
+		for range 2 {
+			now := time.Now()
+			finishes = append(finishes, slowBody(t, b.url, signedStandard(t, "sw", swSecret, "msg_slow_"+uniq(), now, bodyOfSize(t, "pay_slow_"+uniq(), now, size))))
+		}
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
+			return v == 2
+		}, "2 slow requests in flight")
+		big := burst(t, b, 10, size)
+		small := burst(t, b, 3, 500) // 20,000 + 500 fits
+		t.Logf("with 2 × %d body bytes held (cap %d): 10 × %d bytes → %v; 3 × 500 bytes → %v", size, budget, size, big, small)
+		if big[http.StatusServiceUnavailable] != 10 {
+			t.Errorf("%v for bodies over the budget, want 10 × 503", big)
+		}
+		if small[http.StatusOK] != 3 {
+			t.Errorf("%v for bodies within the budget, want 3 × 200", small)
+		}
+		for i, finish := range finishes {
+			if code := finish(); code != http.StatusOK {
+				t.Errorf("slow request %d: %d, want 200", i, code)
+			}
+		}
+		if v, _ := metricValue(scrape(t, b.url), "paystream_ingest_overload_rejections_total", map[string]string{"limit": "body_bytes"}); v != 10 {
+			t.Errorf("body_bytes rejections = %v, want 10", v)
+		}
+	})
 }
 
 // gate is a Kafka dialer whose connections stop writing while it is shut,
@@ -345,50 +351,51 @@ func (c gatedConn) Write(p []byte) (int, error) { c.g.wait(); return c.Conn.Writ
 // also ends when a client merely closes its sending side, and no answer may
 // go out before the broker did.
 func TestClientGoneIsNotUnavailable(t *testing.T) {
-	t.Parallel()
-	g := newGate()
-	b := setup(t, func(c *ingest.Config) {
-		c.ProduceTimeout = 2 * time.Second
-		c.KafkaOpts = []kgo.Opt{kgo.Dialer(g.dial)}
-	})
-	t.Cleanup(g.reopen) // before srv.Close: let the held record go
-	now := time.Now()
-	if resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_warm_"+uniq(), now, paidBody("pay_warm_"+uniq(), now))); resp.StatusCode != http.StatusOK {
-		t.Fatalf("warm-up: %d", resp.StatusCode)
-	}
-	g.shut()
-	ctx, cancel := context.WithCancel(context.Background())
-	w := signedStandard(t, "sw", swSecret, "msg_gone_"+uniq(), now, paidBody("pay_gone_"+uniq(), now))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/webhooks/sw", bytes.NewReader(w.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header = w.header
-	done := make(chan error, 1)
-	go func() {
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
+	eachServer(t, func(t *testing.T, server string) {
+		g := newGate()
+		b := setup(t, server, func(c *ingest.Config) {
+			c.ProduceTimeout = 2 * time.Second
+			c.KafkaOpts = []kgo.Opt{kgo.Dialer(g.dial)}
+		})
+		t.Cleanup(g.reopen) // before Serve returns: let the held record go
+		now := time.Now()
+		if resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_warm_"+uniq(), now, paidBody("pay_warm_"+uniq(), now))); resp.StatusCode != http.StatusOK {
+			t.Fatalf("warm-up: %d", resp.StatusCode)
 		}
-		done <- err
-	}()
-	// Hang up once the request waits on the broker.
-	testenv.Eventually(t, 10*time.Second, func() bool {
-		v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
-		return v == 1
-	}, "the request waiting for the broker")
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Fatalf("client: %v, want canceled", err)
-	}
-	testenv.WaitFor(t, 10*time.Second, func() error {
-		mfs := scrape(t, b.url)
-		gone, _ := metricValue(mfs, "paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "client_gone"})
-		unavailable, _ := metricValue(mfs, "paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "unavailable"})
-		if gone != 1 || unavailable != 0 {
-			return fmt.Errorf("client_gone = %v, unavailable = %v; want 1 and 0", gone, unavailable)
+		g.shut()
+		ctx, cancel := context.WithCancel(context.Background())
+		w := signedStandard(t, "sw", swSecret, "msg_gone_"+uniq(), now, paidBody("pay_gone_"+uniq(), now))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/webhooks/sw", bytes.NewReader(w.body))
+		if err != nil {
+			t.Fatal(err)
 		}
-		return nil
+		req.Header = w.header
+		done := make(chan error, 1)
+		go func() {
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			done <- err
+		}()
+		// Hang up once the request waits on the broker.
+		testenv.Eventually(t, 10*time.Second, func() bool {
+			v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
+			return v == 1
+		}, "the request waiting for the broker")
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Fatalf("client: %v, want canceled", err)
+		}
+		testenv.WaitFor(t, 10*time.Second, func() error {
+			mfs := scrape(t, b.url)
+			gone, _ := metricValue(mfs, "paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "client_gone"})
+			unavailable, _ := metricValue(mfs, "paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "unavailable"})
+			if gone != 1 || unavailable != 0 {
+				return fmt.Errorf("client_gone = %v, unavailable = %v; want 1 and 0", gone, unavailable)
+			}
+			return nil
+		})
 	})
 }
 
@@ -396,58 +403,67 @@ func TestClientGoneIsNotUnavailable(t *testing.T) {
 // Standard Webhooks convention says integer, is dead-lettered with a bad
 // amount reason, not accepted.
 func TestStringAmountDeadLettered(t *testing.T) {
-	t.Parallel()
-	b := setup(t, nil)
-	now := time.Now()
-	body := strings.Replace(paidBody("pay_str_"+uniq(), now), `"amount":1050`, `"amount":"1050"`, 1)
-	if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_str_"+uniq(), now, body)); resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d %s, want 200 (dead-lettered)", resp.StatusCode, text)
-	}
-	rec := consume(t, b.brokers, b.dlq, 1)[0]
-	var env envelope.Raw
-	if err := json.Unmarshal(rec.Value, &env); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(env.Reason, "bad amount") {
-		t.Errorf("DLQ reason %q, want a bad amount", env.Reason)
-	}
-	if n := endOffsets(t, b.brokers, b.raw); n != 0 {
-		t.Errorf("raw topic has %d records, want 0", n)
-	}
+	eachServer(t, func(t *testing.T, server string) {
+		b := setup(t, server, nil)
+		now := time.Now()
+		body := strings.Replace(paidBody("pay_str_"+uniq(), now), `"amount":1050`, `"amount":"1050"`, 1)
+		if resp, text := b.post(t, signedStandard(t, "sw", swSecret, "msg_str_"+uniq(), now, body)); resp.StatusCode != http.StatusOK {
+			t.Fatalf("status %d %s, want 200 (dead-lettered)", resp.StatusCode, text)
+		}
+		rec := consume(t, b.brokers, b.dlq, 1)[0]
+		var env envelope.Raw
+		if err := json.Unmarshal(rec.Value, &env); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(env.Reason, "bad amount") {
+			t.Errorf("DLQ reason %q, want a bad amount", env.Reason)
+		}
+		if n := endOffsets(t, b.brokers, b.raw); n != 0 {
+			t.Errorf("raw topic has %d records, want 0", n)
+		}
+	})
 }
 
 // TestUnauthorizedNotLoggedAtInfo: a forged webhook is counted, not logged
 // at info or above, so a flood of forgeries cannot flood the logs.
 func TestUnauthorizedNotLoggedAtInfo(t *testing.T) {
-	t.Parallel()
-	var logs syncBuffer
-	b := setup(t, func(c *ingest.Config) {
-		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	})
-	now := time.Now()
-	for range 3 {
-		if resp, _ := b.post(t, signedStandard(t, "sw", "whsec_Zm9yZ2Vk", "msg_forged_"+uniq(), now, paidBody("pay_f", now))); resp.StatusCode != http.StatusUnauthorized {
-			t.Fatalf("forged: %d, want 401", resp.StatusCode)
+	eachServer(t, func(t *testing.T, server string) {
+		var logs syncBuffer
+		b := setup(t, server, func(c *ingest.Config) {
+			c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		})
+		now := time.Now()
+		for range 3 {
+			if resp, _ := b.post(t, signedStandard(t, "sw", "whsec_Zm9yZ2Vk", "msg_forged_"+uniq(), now, paidBody("pay_f", now))); resp.StatusCode != http.StatusUnauthorized {
+				t.Fatalf("forged: %d, want 401", resp.StatusCode)
+			}
 		}
-	}
-	if s := logs.String(); s != "" {
-		t.Errorf("401s logged at info or above:\n%s", s)
-	}
-	if v, _ := metricValue(scrape(t, b.url), "paystream_ingest_signature_failures_total", map[string]string{"source": "sw", "reason": "bad_signature"}); v != 3 {
-		t.Errorf("signature failures = %v, want 3", v)
-	}
+		var logged []string
+		for line := range strings.Lines(logs.String()) {
+			if !strings.Contains(line, `msg="ingest listening"`) {
+				logged = append(logged, line)
+			}
+		}
+		if s := strings.Join(logged, ""); s != "" {
+			t.Errorf("401s logged at info or above:\n%s", s)
+		}
+		if v, _ := metricValue(scrape(t, b.url), "paystream_ingest_signature_failures_total", map[string]string{"source": "sw", "reason": "bad_signature"}); v != 3 {
+			t.Errorf("signature failures = %v, want 3", v)
+		}
+	})
 }
 
 // TestOmitMetrics: with OmitMetrics, the webhook listener has no /metrics.
 func TestOmitMetrics(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(c *ingest.Config) { c.OmitMetrics = true })
-	if code, _ := get(t, b.url+"/metrics"); code != http.StatusNotFound {
-		t.Errorf("/metrics: %d, want 404", code)
-	}
-	if code, _ := get(t, b.url+"/healthz"); code != http.StatusOK {
-		t.Errorf("/healthz: %d, want 200", code)
-	}
+	eachServer(t, func(t *testing.T, server string) {
+		b := setup(t, server, func(c *ingest.Config) { c.OmitMetrics = true })
+		if code, _ := get(t, b.url+"/metrics"); code != http.StatusNotFound {
+			t.Errorf("/metrics: %d, want 404", code)
+		}
+		if code, _ := get(t, b.url+"/healthz"); code != http.StatusOK {
+			t.Errorf("/healthz: %d, want 200", code)
+		}
+	})
 }
 
 type syncBuffer struct {

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -111,6 +112,9 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock signatures are judged against. Defaults to time.Now.
 	Now func() time.Time
+	// HTTPServer is the HTTP server Serve runs: HTTPServerNet (the
+	// default) or HTTPServerFast. Handler is net/http's either way.
+	HTTPServer string
 	// TracerProvider traces each webhook: a server span per request, and
 	// kotel's producer hook starts the record's publish span under it and
 	// writes its W3C traceparent header on the raw record. Nil or a no-op
@@ -134,7 +138,9 @@ type Server struct {
 	routes  map[string]*route // by source name
 	handler http.Handler
 	tracer  trace.Tracer // nil: tracing off
-	ready   atomic.Bool
+	// retryAfter is the Retry-After of a 503, in seconds.
+	retryAfter string
+	ready      atomic.Bool
 	// draining is set once Serve's ctx ended: /readyz answers 503 from
 	// then on, whatever Kafka's state.
 	draining atomic.Bool
@@ -212,6 +218,13 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	switch cfg.HTTPServer {
+	case "":
+		cfg.HTTPServer = HTTPServerNet
+	case HTTPServerNet, HTTPServerFast:
+	default:
+		return nil, fmt.Errorf("ingest config: HTTPServer %q: want %q or %q", cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
+	}
 	if cfg.MaxInFlight < 0 || cfg.MaxBufferedBodyBytes < 0 {
 		return nil, errors.New("ingest config: MaxInFlight and MaxBufferedBodyBytes must not be negative")
 	}
@@ -252,7 +265,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, tracer: tracer, maxRecordBytes: maxRecord}
+	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, tracer: tracer, maxRecordBytes: maxRecord,
+		retryAfter: strconv.Itoa(retryAfterSeconds(cfg.RetryAfter))}
 	s.handler = s.newRouter()
 	return s, nil
 }
@@ -281,11 +295,7 @@ func (s *Server) Handler() http.Handler { return s.handler }
 
 func (s *Server) newRouter() http.Handler {
 	r := chi.NewRouter()
-	if s.tracer != nil {
-		r.Post("/webhooks/{source}", s.traceWebhook)
-	} else {
-		r.Post("/webhooks/{source}", s.handleWebhook)
-	}
+	r.Post("/webhooks/{source}", s.handleWebhook)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeBody(w, http.StatusOK, answerHealthy) })
 	r.Get("/readyz", s.handleReady)
 	if !s.cfg.OmitMetrics {
@@ -315,13 +325,16 @@ func (s *Server) Run(ctx context.Context) error {
 // — each answered 200 once the broker acknowledged, or 503 — and the
 // producer flushes, all within ShutdownTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if s.cfg.HTTPServer == HTTPServerFast {
+		return s.serveFast(ctx, ln)
+	}
 	srv := &http.Server{
 		Handler:           s.closingWhenDraining(s.handler),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
 		IdleTimeout:       90 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	loopCtx, stopLoop := context.WithCancel(ctx)
@@ -337,17 +350,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("ingest listening", "addr", ln.Addr().String())
+	s.log.Info("ingest listening", "addr", ln.Addr().String(), "http_server", HTTPServerNet)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	return s.drain(srv)
+	return s.drain(srv.Shutdown)
 }
 
-// drain stops srv as Serve describes.
-func (s *Server) drain(srv *http.Server) error {
+// drain stops the server as Serve describes; shutdown closes its listener
+// and waits for the requests in flight.
+func (s *Server) drain(shutdown func(context.Context) error) error {
 	start := time.Now()
 	s.draining.Store(true)
 	s.log.Info("ingest draining: not ready, still serving", "grace", s.cfg.ShutdownGrace)
@@ -358,7 +372,7 @@ func (s *Server) drain(srv *http.Server) error {
 	inFlight := s.inFlight.Load()
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := shutdown(shutdownCtx); err != nil {
 		return fmt.Errorf("shutdown: requests still in flight after %s: %w", s.cfg.ShutdownTimeout, err)
 	}
 	// Every request is answered. Those answered 503 after the produce

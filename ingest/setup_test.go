@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
@@ -44,6 +43,11 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		// fasthttp's worker-pool cleaner sleeps MaxIdleWorkerDuration (10s)
+		// between rounds and sees the server stopped only when it wakes.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// fasthttp's Date header clock: one per process, started once.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 	)
 }
 
@@ -104,8 +108,9 @@ type bench struct {
 }
 
 // setup starts an ingest on the test broker with fresh raw and DLQ topics,
-// served by httptest through Handler; cfg, when set, adjusts the config.
-func setup(t testing.TB, cfg func(*ingest.Config)) *bench {
+// served by Serve on the HTTP server named; cfg, when set, adjusts the
+// config.
+func setup(t testing.TB, server string, cfg func(*ingest.Config)) *bench {
 	t.Helper()
 	b := &bench{brokers: testenv.Kafka(t), raw: testenv.Topic(t, "raw", 3), dlq: testenv.Topic(t, "dlq", 1)}
 	c := ingest.Config{
@@ -115,6 +120,7 @@ func setup(t testing.TB, cfg func(*ingest.Config)) *bench {
 		DLQTopic:   b.dlq,
 		Registerer: prometheus.NewRegistry(),
 		Logger:     testLogger(t),
+		HTTPServer: server,
 	}
 	if cfg != nil {
 		cfg(&c)
@@ -123,10 +129,7 @@ func setup(t testing.TB, cfg func(*ingest.Config)) *bench {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	b.srv, b.url = srv, hs.URL
+	b.srv, b.url = srv, newServer(t, srv)
 	return b
 }
 

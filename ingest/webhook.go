@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paystream/paystream/internal/provider"
 )
@@ -34,62 +36,129 @@ var (
 	jsonContentType    = []string{"application/json"}
 )
 
+// answer is what a webhook request is answered: status and body, with
+// Retry-After on a 503 and, when close is set, Connection: close.
+type answer struct {
+	status int
+	body   []byte
+	close  bool
+}
+
+var (
+	answerOK = answer{status: http.StatusOK, body: answerReceived}
+)
+
+// handleWebhook is POST /webhooks/{source} on net/http (see fast.go for
+// the same on fasthttp): everything that depends on the HTTP server is
+// here, the rest is shared.
 func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	a := answerOK
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.startSpan(ctx)
+		defer func() { endSpan(span, a.status) }()
+	}
+	a = s.webhook(ctx, chi.URLParam(r, "source"), r.ContentLength, func(rt *route, buf *[]byte) ([]byte, error) {
+		return readBody(http.MaxBytesReader(w, r.Body, rt.src.MaxBodyBytes), r.ContentLength, rt.src.MaxBodyBytes, buf)
+	}, func() request {
+		return request{header: r.Header, query: r.URL.RawQuery, gone: func() bool { return r.Context().Err() != nil }}
+	})
+	if a.close {
+		w.Header().Set("Connection", "close")
+	}
+	if a.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", s.retryAfter)
+	}
+	writeBody(w, a.status, a.body)
+}
+
+// request is what the shared path needs of a webhook request besides its
+// body: its headers, its raw query, and whether its client hung up (a
+// server that cannot tell leaves gone nil).
+type request struct {
+	header http.Header
+	query  string
+	gone   func() bool
+}
+
+// webhook handles one webhook to the source named name, announced with
+// contentLength (-1: unknown): it admits the request, reads its body with
+// read (which must stop at the route's max_body_bytes with an
+// *http.MaxBytesError), then verifies, parses and produces it, and says
+// what to answer. req is called once the body is read.
+func (s *Server) webhook(ctx context.Context, name string, contentLength int64,
+	read func(*route, *[]byte) ([]byte, error), req func() request,
+) answer {
 	s.metrics.inFlight.Inc()
 	defer s.metrics.inFlight.Dec()
 
-	rt, ok := s.routes[chi.URLParam(r, "source")]
+	rt, ok := s.routes[name]
 	if !ok {
 		s.metrics.requests.WithLabelValues("unknown", outcomeUnknownSource).Inc()
-		writeBody(w, http.StatusNotFound, answerUnknown)
-		return
+		return answer{status: http.StatusNotFound, body: answerUnknown}
 	}
 	src := rt.src
 	reserved := src.MaxBodyBytes // a body of unknown length may be this long
-	if r.ContentLength >= 0 && r.ContentLength < reserved {
-		reserved = r.ContentLength
+	if contentLength >= 0 && contentLength < reserved {
+		reserved = contentLength
 	}
 	if limit := s.admit(reserved); limit != "" {
 		rt.outcomes[outcomeOverloaded].Inc()
 		s.metrics.overloaded.WithLabelValues(limit).Inc()
-		s.writeRetryLater(w, answerOverloaded)
-		return
+		return answer{status: http.StatusServiceUnavailable, body: answerOverloaded}
 	}
 	defer s.release(reserved)
 
 	buf := getBuffer()
 	defer putBuffer(buf)
-	body, err := readBody(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes), r.ContentLength, src.MaxBodyBytes, buf)
+	body, err := read(rt, buf)
 	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			rt.outcomes[outcomeTooLarge].Inc()
-			writeBody(w, http.StatusRequestEntityTooLarge, []byte(`{"error":"body too large","limit_bytes":`+strconv.FormatInt(src.MaxBodyBytes, 10)+"}\n"))
-			return
-		}
-		// Every path answers: a handler that returns without writing
-		// makes net/http answer 200 for a webhook nobody kept.
-		var netErr net.Error
-		switch {
-		case errors.As(err, &netErr) && netErr.Timeout():
-			// Too slow to send its body within ReadTimeout (net/http
-			// also cancels the request's context then): cut it off.
-			rt.outcomes[outcomeTimeout].Inc()
-			w.Header().Set("Connection", "close")
-			writeBody(w, http.StatusRequestTimeout, answerTimeout)
-		case r.Context().Err() != nil || errors.Is(err, io.ErrUnexpectedEOF):
-			// Hung up mid-body: most likely nobody reads this answer.
-			rt.outcomes[outcomeClientGone].Inc()
-			writeBody(w, http.StatusBadRequest, answerUnreadable)
-		default:
-			rt.outcomes[outcomeBadRequest].Inc()
-			writeBody(w, http.StatusBadRequest, answerUnreadable)
-		}
-		return
+		return s.unreadable(rt, err, req().gone)
 	}
 	s.metrics.bodyBytes.Observe(float64(len(body)))
+	r := req()
+	return s.accept(ctx, rt, r, body)
+}
 
-	req := &provider.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: s.cfg.Now()}
+// unreadable is the answer to a body that could not be read whole.
+func (s *Server) unreadable(rt *route, err error, gone func() bool) answer {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		rt.outcomes[outcomeTooLarge].Inc()
+		return answer{status: http.StatusRequestEntityTooLarge, close: true,
+			body: []byte(`{"error":"body too large","limit_bytes":` + strconv.FormatInt(rt.src.MaxBodyBytes, 10) + "}\n")}
+	}
+	// Every path answers: a handler that returns without writing makes
+	// the server answer 200 for a webhook nobody kept.
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		// Too slow to send its body within ReadTimeout (net/http also
+		// cancels the request's context then): cut it off.
+		rt.outcomes[outcomeTimeout].Inc()
+		return answer{status: http.StatusRequestTimeout, body: answerTimeout, close: true}
+	case (gone != nil && gone()) || errors.Is(err, io.ErrUnexpectedEOF):
+		// Hung up mid-body: most likely nobody reads this answer.
+		rt.outcomes[outcomeClientGone].Inc()
+		return answer{status: http.StatusBadRequest, body: answerUnreadable, close: true}
+	default:
+		rt.outcomes[outcomeBadRequest].Inc()
+		return answer{status: http.StatusBadRequest, body: answerUnreadable, close: true}
+	}
+}
+
+// accept verifies, parses and produces a webhook whose body was read
+// whole, and says what to answer.
+func (s *Server) accept(ctx context.Context, rt *route, r request, body []byte) answer {
+	src := rt.src
+	var query url.Values
+	if r.query != "" {
+		query, _ = url.ParseQuery(r.query) // as net/http's URL.Query: bad pairs dropped
+	} else {
+		query = url.Values{}
+	}
+	req := &provider.Request{Header: r.header, Query: query, Body: body, Now: s.cfg.Now()}
 	if err := src.Driver.Verify(req); err != nil {
 		reason := provider.ReasonBadSignature
 		var ve *provider.VerifyError
@@ -101,8 +170,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// Debug: a forger or a scanner must not be able to flood the
 		// logs; the signature-failure counter is what to alert on.
 		s.log.Debug("webhook rejected", "source", src.Name, "reason", reason)
-		writeBody(w, http.StatusUnauthorized, answerUnauthorized)
-		return
+		return answer{status: http.StatusUnauthorized, body: answerUnauthorized}
 	}
 
 	ev, err := src.Driver.Parse(req)
@@ -112,14 +180,13 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		// to keep, nothing for the gateway to retry.
 		rt.outcomes[outcomeIrrelevant].Inc()
 		s.log.Debug("webhook irrelevant", "source", src.Name, "reason", err.Error())
-		writeBody(w, http.StatusOK, answerReceived)
-		return
+		return answerOK
 	}
 	msg := envelopeFields{
 		source:     src.Name,
 		driver:     src.DriverName,
 		receivedAt: req.Now.UTC(),
-		header:     r.Header,
+		header:     r.header,
 		body:       body,
 	}
 	topic, o := s.cfg.Topic, outcomeAccepted
@@ -141,21 +208,20 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		putPending(p)
 		rt.outcomes[outcomeBadRequest].Inc()
 		s.log.Warn("webhook not encodable", "source", src.Name, "error", err)
-		writeBody(w, http.StatusBadRequest, answerUnencodable)
-		return
+		return answer{status: http.StatusBadRequest, body: answerUnencodable}
 	}
 	p.rec = kgo.Record{Topic: topic, Key: p.buf[:len(msg.paymentKey)], Value: p.buf[len(msg.paymentKey):]}
 	if s.tracer != nil {
 		// kotel's producer hook starts the publish span under the
 		// request's and injects its traceparent into the record. The
 		// record outlives a client hanging up: its context never ends.
-		p.rec.Context = context.WithoutCancel(r.Context())
+		p.rec.Context = context.WithoutCancel(ctx)
 	}
 	// The answer waits for the broker whatever the client does: net/http
 	// cancels the request's context when the client closes its sending
 	// side, and a 200 must never go out before the acknowledgement.
 	if err := s.produce(p); err != nil {
-		if r.Context().Err() != nil {
+		if r.gone != nil && r.gone() {
 			// The client went away and the broker did not answer in time:
 			// not a sign the broker is down. The record may still be
 			// written; the gateway's retry is then a duplicate.
@@ -165,11 +231,10 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 			rt.outcomes[outcomeUnavailable].Inc()
 			s.log.Warn("produce failed", "source", src.Name, "topic", topic, "error", err)
 		}
-		s.writeRetryLater(w, answerUnavailable)
-		return
+		return answer{status: http.StatusServiceUnavailable, body: answerUnavailable}
 	}
 	rt.outcomes[o].Inc()
-	writeBody(w, http.StatusOK, answerReceived)
+	return answerOK
 }
 
 // admit counts a request of bodyBytes in flight, unless that would pass
@@ -191,12 +256,6 @@ func (s *Server) admit(bodyBytes int64) (limit string) {
 func (s *Server) release(bodyBytes int64) {
 	s.bodyBytes.Add(-bodyBytes)
 	s.inFlight.Add(-1)
-}
-
-// writeRetryLater answers 503 with Retry-After.
-func (s *Server) writeRetryLater(w http.ResponseWriter, body []byte) {
-	w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(s.cfg.RetryAfter)))
-	writeBody(w, http.StatusServiceUnavailable, body)
 }
 
 // retryAfterSeconds rounds d up to whole seconds, at least 1.

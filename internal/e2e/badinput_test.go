@@ -130,143 +130,144 @@ type badCase struct {
 // ingest logs none, nor a race or a panic.
 func TestBadInputCorpus(t *testing.T) {
 	testenv.SkipIfShort(t)
-	t.Parallel()
-	start := time.Now()
-	brokers := testenv.Kafka(t)
-	raw, dlq := testenv.Topic(t, "raw", 3), testenv.Topic(t, "dlq", 1)
-	ing := startBadInputIngest(t, brokers, raw, dlq)
+	eachHTTPServer(t, func(t *testing.T, server string) {
+		start := time.Now()
+		brokers := testenv.Kafka(t)
+		raw, dlq := testenv.Topic(t, "raw", 3), testenv.Topic(t, "dlq", 1)
+		ing := startBadInputIngest(t, brokers, raw, dlq, server)
 
-	now := time.Now()
-	g := &badInputGen{t: t, now: now}
-	cases := badInputCases(g)
-	canaries := newCanaries(t, g)
-	checkUniqueBodies(t, cases)
+		now := time.Now()
+		g := &badInputGen{t: t, now: now}
+		cases := badInputCases(g)
+		canaries := newCanaries(t, g)
+		checkUniqueBodies(t, cases)
 
-	// The slow clients run while the corpus runs: each holds one
-	// connection (and, for the body, one admitted request) the whole time.
-	slow := []*slowClient{
-		startSlowClient(ing.addr, "slow headers (one header byte every 200ms)",
-			"POST /webhooks/sw HTTP/1.1\r\nHost: ingest\r\nX-Slow: ", 'a'),
-		startSlowClient(ing.addr, "slow body (one byte every 200ms, Content-Length 100000)",
-			"POST /webhooks/sw HTTP/1.1\r\nHost: ingest\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", ' '),
-	}
-
-	client := &http.Client{Timeout: 30 * time.Second}
-	got := make([]int, len(cases))
-	gotErr := make([]string, len(cases))
-	corpusStart := time.Now()
-	for i, c := range cases {
-		got[i], gotErr[i] = sendBad(client, ing.base, ing.addr, c.req)
-		if got[i] != c.status || gotErr[i] != "" {
-			t.Errorf("%s (%s): answer %d%s, want %s", c.name, c.driver, got[i], gotErr[i], wantAnswer(c.status))
+		// The slow clients run while the corpus runs: each holds one
+		// connection (and, for the body, one admitted request) the whole time.
+		slow := []*slowClient{
+			startSlowClient(ing.addr, "slow headers (one header byte every 200ms)",
+				"POST /webhooks/sw HTTP/1.1\r\nHost: ingest\r\nX-Slow: ", 'a'),
+			startSlowClient(ing.addr, "slow body (one byte every 200ms, Content-Length 100000)",
+				"POST /webhooks/sw HTTP/1.1\r\nHost: ingest\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", ' '),
 		}
-		// The process is still up and the source still takes webhooks.
+
+		client := &http.Client{Timeout: 30 * time.Second}
+		got := make([]int, len(cases))
+		gotErr := make([]string, len(cases))
+		corpusStart := time.Now()
+		for i, c := range cases {
+			got[i], gotErr[i] = sendBad(client, ing.base, ing.addr, c.req)
+			if got[i] != c.status || gotErr[i] != "" {
+				t.Errorf("%s (%s): answer %d%s, want %s", c.name, c.driver, got[i], gotErr[i], wantAnswer(c.status))
+			}
+			// The process is still up and the source still takes webhooks.
+			if code, err := getStatus(client, ing.base+"/healthz"); code != http.StatusOK {
+				t.Fatalf("after %s: /healthz answered %d (%v): ingest is down", c.name, code, err)
+			}
+			if code, err := canaries.post(client, ing.base, c.req.source, c.name); code != http.StatusOK {
+				t.Errorf("after %s: a valid %s webhook answered %d (%v), want 200", c.name, c.req.source, code, err)
+			}
+		}
+		corpusTook := time.Since(corpusStart)
+
+		// Both slow clients are cut by the server, not by this test's bound.
+		for _, s := range slow {
+			s.wait(45 * time.Second)
+			switch {
+			case !s.ended:
+				t.Errorf("%s: connection still open after %s: the server's timeouts did not cut it", s.name, s.after.Round(time.Millisecond))
+			case s.status != 0 && s.status != http.StatusBadRequest && s.status != http.StatusRequestTimeout:
+				t.Errorf("%s: answered %d %q, want the connection closed, 400 or 408: the webhook was never read whole", s.name, s.status, s.answer)
+			}
+		}
 		if code, err := getStatus(client, ing.base+"/healthz"); code != http.StatusOK {
-			t.Fatalf("after %s: /healthz answered %d (%v): ingest is down", c.name, code, err)
+			t.Fatalf("after the slow clients: /healthz answered %d (%v)", code, err)
 		}
-		if code, err := canaries.post(client, ing.base, c.req.source, c.name); code != http.StatusOK {
-			t.Errorf("after %s: a valid %s webhook answered %d (%v), want 200", c.name, c.req.source, code, err)
+		if code, err := canaries.post(client, ing.base, "sw", "the slow clients"); code != http.StatusOK {
+			t.Errorf("after the slow clients: a valid webhook answered %d (%v), want 200", code, err)
 		}
-	}
-	corpusTook := time.Since(corpusStart)
 
-	// Both slow clients are cut by the server, not by this test's bound.
-	for _, s := range slow {
-		s.wait(45 * time.Second)
-		switch {
-		case !s.ended:
-			t.Errorf("%s: connection still open after %s: the server's timeouts did not cut it", s.name, s.after.Round(time.Millisecond))
-		case s.status != 0 && s.status != http.StatusBadRequest && s.status != http.StatusRequestTimeout:
-			t.Errorf("%s: answered %d %q, want the connection closed, 400 or 408: the webhook was never read whole", s.name, s.status, s.answer)
-		}
-	}
-	if code, err := getStatus(client, ing.base+"/healthz"); code != http.StatusOK {
-		t.Fatalf("after the slow clients: /healthz answered %d (%v)", code, err)
-	}
-	if code, err := canaries.post(client, ing.base, "sw", "the slow clients"); code != http.StatusOK {
-		t.Errorf("after the slow clients: a valid webhook answered %d (%v), want 200", code, err)
-	}
-
-	// What landed where.
-	rawBodies := readTopicBodies(t, brokers, raw, schemas.RawEnvelope)
-	dlqBodies := readTopicBodies(t, brokers, dlq, schemas.DLQRecord)
-	fates := make([]string, len(cases))
-	for i, c := range cases {
-		k := recordKey(c.req.source, c.req.body)
-		r, d := rawBodies[k], dlqBodies[k]
-		fates[i] = describeFate(r, d)
-		delete(rawBodies, k)
-		delete(dlqBodies, k)
-		want := map[fate][2]int{nowhere: {0, 0}, onRaw: {1, 0}, onDLQ: {0, 1}}[c.fate]
-		if len(r) != want[0] || len(d) != want[1] {
-			t.Errorf("%s (%s): %s, want %s", c.name, c.driver, fates[i], c.fate)
-			continue
-		}
-		if c.fate == onDLQ {
-			env := d[0]
-			if env.Reason == "" || !strings.Contains(env.Reason, c.reason) {
-				t.Errorf("%s: DLQ reason %q, want one containing %q", c.name, env.Reason, c.reason)
+		// What landed where.
+		rawBodies := readTopicBodies(t, brokers, raw, schemas.RawEnvelope)
+		dlqBodies := readTopicBodies(t, brokers, dlq, schemas.DLQRecord)
+		fates := make([]string, len(cases))
+		for i, c := range cases {
+			k := recordKey(c.req.source, c.req.body)
+			r, d := rawBodies[k], dlqBodies[k]
+			fates[i] = describeFate(r, d)
+			delete(rawBodies, k)
+			delete(dlqBodies, k)
+			want := map[fate][2]int{nowhere: {0, 0}, onRaw: {1, 0}, onDLQ: {0, 1}}[c.fate]
+			if len(r) != want[0] || len(d) != want[1] {
+				t.Errorf("%s (%s): %s, want %s", c.name, c.driver, fates[i], c.fate)
+				continue
 			}
-			if env.PaymentKey != c.req.source+":unknown" || env.Driver != c.driver {
-				t.Errorf("%s: DLQ record payment key %q, driver %q; want %s:unknown, %s", c.name, env.PaymentKey, env.Driver, c.req.source, c.driver)
+			if c.fate == onDLQ {
+				env := d[0]
+				if env.Reason == "" || !strings.Contains(env.Reason, c.reason) {
+					t.Errorf("%s: DLQ reason %q, want one containing %q", c.name, env.Reason, c.reason)
+				}
+				if env.PaymentKey != c.req.source+":unknown" || env.Driver != c.driver {
+					t.Errorf("%s: DLQ record payment key %q, driver %q; want %s:unknown, %s", c.name, env.PaymentKey, env.Driver, c.req.source, c.driver)
+				}
+			}
+			if c.fate == onRaw && c.driver == "mercadopago" && !r[0].Event.NeedsRefetch {
+				t.Errorf("%s: a Mercado Pago event (unsigned body) on the raw topic without needs_refetch", c.name)
 			}
 		}
-		if c.fate == onRaw && c.driver == "mercadopago" && !r[0].Event.NeedsRefetch {
-			t.Errorf("%s: a Mercado Pago event (unsigned body) on the raw topic without needs_refetch", c.name)
+		for _, cn := range canaries.sent {
+			k := recordKey(cn.source, cn.body)
+			if n := len(rawBodies[k]); n != 1 || len(dlqBodies[k]) != 0 {
+				t.Errorf("canary after %s (%s): %s, want raw", cn.after, cn.source, describeFate(rawBodies[k], dlqBodies[k]))
+			}
+			delete(rawBodies, k)
+			delete(dlqBodies, k)
 		}
-	}
-	for _, cn := range canaries.sent {
-		k := recordKey(cn.source, cn.body)
-		if n := len(rawBodies[k]); n != 1 || len(dlqBodies[k]) != 0 {
-			t.Errorf("canary after %s (%s): %s, want raw", cn.after, cn.source, describeFate(rawBodies[k], dlqBodies[k]))
+		for k, envs := range rawBodies {
+			t.Errorf("raw topic: %d record(s) of %s matching no case expected there (body %.80q)", len(envs), envs[0].Source, k)
 		}
-		delete(rawBodies, k)
-		delete(dlqBodies, k)
-	}
-	for k, envs := range rawBodies {
-		t.Errorf("raw topic: %d record(s) of %s matching no case expected there (body %.80q)", len(envs), envs[0].Source, k)
-	}
-	for k, envs := range dlqBodies {
-		t.Errorf("DLQ topic: %d record(s) of %s matching no case expected there (body %.80q, reason %q)", len(envs), envs[0].Source, k, envs[0].Reason)
-	}
+		for k, envs := range dlqBodies {
+			t.Errorf("DLQ topic: %d record(s) of %s matching no case expected there (body %.80q, reason %q)", len(envs), envs[0].Source, k, envs[0].Reason)
+		}
 
-	// Logs: no secret, no race, no panic.
-	logs := ing.logs.String()
-	for name, secret := range badInputSecrets {
-		if strings.Contains(logs, secret) {
-			t.Errorf("ingest's logs contain source %s's secret", name)
+		// Logs: no secret, no race, no panic.
+		logs := ing.logs.String()
+		for name, secret := range badInputSecrets {
+			if strings.Contains(logs, secret) {
+				t.Errorf("ingest's logs contain source %s's secret", name)
+			}
 		}
-	}
-	for _, bad := range []string{"DATA RACE", "panic:", "goroutine "} {
-		if strings.Contains(logs, bad) {
-			t.Errorf("ingest's logs contain %q", bad)
+		for _, bad := range []string{"DATA RACE", "panic:", "goroutine "} {
+			if strings.Contains(logs, bad) {
+				t.Errorf("ingest's logs contain %q", bad)
+			}
 		}
-	}
-	select {
-	case <-ing.exited:
-		t.Errorf("ingest exited during the corpus: %v", ing.waitErr)
-	default:
-	}
+		select {
+		case <-ing.exited:
+			t.Errorf("ingest exited during the corpus: %v", ing.waitErr)
+		default:
+		}
 
-	outcomes := requestOutcomes(t, client, ing.base)
+		outcomes := requestOutcomes(t, client, ing.base)
 
-	// The report.
-	perDriver := map[string]int{}
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-3s %-17s %-62s %-16s %s\n", "#", "driver", "case", "want", "got")
-	for i, c := range cases {
-		perDriver[c.driver]++
-		fmt.Fprintf(&table, "%-3d %-17s %-62s %-16s %s\n", i+1, c.driver, c.name,
-			fmt.Sprintf("%d %s", c.status, c.fate), fmt.Sprintf("%d %s%s", got[i], fates[i], gotErr[i]))
-	}
-	for _, s := range slow {
-		fmt.Fprintf(&table, "%-3s %-17s %-62s %-16s %s\n", "-", "standardwebhooks", s.name, "cut by server",
-			fmt.Sprintf("status %d %q, ended %v after %s", s.status, s.answer, s.ended, s.after.Round(time.Millisecond)))
-	}
-	t.Logf("bad-input corpus: %d cases + %d slow clients, %d canaries; cases per driver %v\n%s",
-		len(cases), len(slow), len(canaries.sent), perDriver, table.String())
-	t.Logf("ingest's paystream_ingest_requests_total by outcome: %v", outcomes)
-	t.Logf("corpus sent in %s; whole test %s", corpusTook.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+		// The report.
+		perDriver := map[string]int{}
+		var table strings.Builder
+		fmt.Fprintf(&table, "%-3s %-17s %-62s %-16s %s\n", "#", "driver", "case", "want", "got")
+		for i, c := range cases {
+			perDriver[c.driver]++
+			fmt.Fprintf(&table, "%-3d %-17s %-62s %-16s %s\n", i+1, c.driver, c.name,
+				fmt.Sprintf("%d %s", c.status, c.fate), fmt.Sprintf("%d %s%s", got[i], fates[i], gotErr[i]))
+		}
+		for _, s := range slow {
+			fmt.Fprintf(&table, "%-3s %-17s %-62s %-16s %s\n", "-", "standardwebhooks", s.name, "cut by server",
+				fmt.Sprintf("status %d %q, ended %v after %s", s.status, s.answer, s.ended, s.after.Round(time.Millisecond)))
+		}
+		t.Logf("bad-input corpus: %d cases + %d slow clients, %d canaries; cases per driver %v\n%s",
+			len(cases), len(slow), len(canaries.sent), perDriver, table.String())
+		t.Logf("ingest's paystream_ingest_requests_total by outcome: %v", outcomes)
+		t.Logf("corpus sent in %s; whole test %s", corpusTook.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // wantAnswer describes the answer wanted with status.
@@ -961,7 +962,7 @@ type badInputIngest struct {
 
 // startBadInputIngest runs the paystream binary's ingest on the corpus's
 // sources and the test's topics, and waits until it is ready.
-func startBadInputIngest(t *testing.T, brokers []string, raw, dlq string) *badInputIngest {
+func startBadInputIngest(t *testing.T, brokers []string, raw, dlq, server string) *badInputIngest {
 	t.Helper()
 	sources := filepath.Join(t.TempDir(), "sources.yaml")
 	if err := os.WriteFile(sources, []byte(badInputSourcesYAML()), 0o600); err != nil {
@@ -970,7 +971,8 @@ func startBadInputIngest(t *testing.T, brokers []string, raw, dlq string) *badIn
 	addr := freeLoopbackAddr(t)
 	ing := &badInputIngest{addr: addr, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
-		"--sources", sources, "--http-addr", addr, "--shutdown-grace", "0s", "--log-format", "json", "--log-level", "debug")
+		"--sources", sources, "--http-addr", addr, "--shutdown-grace", "0s", "--log-format", "json", "--log-level", "debug",
+		"--http-server", server)
 	cmd.Env = devEnv()
 	cmd.Stdout, cmd.Stderr = ing.logs, ing.logs
 	if err := cmd.Start(); err != nil {

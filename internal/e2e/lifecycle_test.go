@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/testenv"
@@ -41,178 +42,179 @@ type answer struct {
 // was answered, so the gateway retries.
 func TestIngestSIGTERMDrains(t *testing.T) {
 	testenv.SkipIfShort(t)
-	t.Parallel()
-	brokers := testenv.Kafka(t)
-	raw, dlq := testenv.Topic(t, "raw", 3), testenv.Topic(t, "dlq", 1)
-	sources := acmeSources(t, t.TempDir())
-	addr := freeLoopbackAddr(t)
-	base := "http://" + addr
-	const grace = 2 * time.Second
-	cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
-		"--sources", sources, "--http-addr", addr, "--shutdown-grace", grace.String(), "--log-format", "json")
-	cmd.Env = devEnv()
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-exited
+	eachHTTPServer(t, func(t *testing.T, server string) {
+		brokers := testenv.Kafka(t)
+		raw, dlq := testenv.Topic(t, "raw", 3), testenv.Topic(t, "dlq", 1)
+		sources := acmeSources(t, t.TempDir())
+		addr := freeLoopbackAddr(t)
+		base := "http://" + addr
+		const grace = 2 * time.Second
+		cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
+			"--sources", sources, "--http-addr", addr, "--shutdown-grace", grace.String(), "--http-server", server, "--log-format", "json")
+		cmd.Env = devEnv()
+		logs := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
 		}
-		if t.Failed() {
-			t.Logf("paystream ingest output:\n%s", logs.String())
-		}
-	})
-	testenv.WaitFor(t, time.Minute, func() error {
-		resp, err := http.Get(base + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
-
-	// Readiness, polled on fresh connections until the process exits: when
-	// it first answered 503.
-	var notReadyAt atomic.Pointer[time.Time]
-	var watch sync.WaitGroup
-	watch.Go(func() {
-		client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-		for {
+		exited := make(chan struct{})
+		var waitErr error
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
 			select {
 			case <-exited:
-				return
-			case <-time.After(5 * time.Millisecond):
+			default:
+				_ = cmd.Process.Kill()
+				<-exited
 			}
-			resp, err := client.Get(base + "/readyz")
+			if t.Failed() {
+				t.Logf("paystream ingest output:\n%s", logs.String())
+			}
+		})
+		testenv.WaitFor(t, time.Minute, func() error {
+			resp, err := http.Get(base + "/readyz")
 			if err != nil {
-				continue
+				return err
 			}
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable && notReadyAt.Load() == nil {
-				now := time.Now()
-				notReadyAt.Store(&now)
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("/readyz: %s", resp.Status)
 			}
-		}
-	})
+			return nil
+		})
 
-	// The load: each client posts unique webhooks on keep-alive
-	// connections until the process exited.
-	var (
-		mu      sync.Mutex
-		answers []answer
-		ok      atomic.Int64
-		load    sync.WaitGroup
-	)
-	for c := range 16 {
-		load.Go(func() {
-			client := &http.Client{Timeout: 30 * time.Second}
-			for n := 0; ; n++ {
+		// Readiness, polled on fresh connections until the process exits: when
+		// it first answered 503.
+		var notReadyAt atomic.Pointer[time.Time]
+		var watch sync.WaitGroup
+		watch.Go(func() {
+			client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+			for {
 				select {
 				case <-exited:
 					return
-				default:
+				case <-time.After(5 * time.Millisecond):
 				}
-				a := postWebhook(client, base, fmt.Sprintf("msg_%d_%d", c, n))
-				if a.status == http.StatusOK {
-					ok.Add(1)
+				resp, err := client.Get(base + "/readyz")
+				if err != nil {
+					continue
 				}
-				mu.Lock()
-				answers = append(answers, a)
-				mu.Unlock()
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusServiceUnavailable && notReadyAt.Load() == nil {
+					now := time.Now()
+					notReadyAt.Store(&now)
+				}
 			}
 		})
-	}
-	testenv.Eventually(t, time.Minute, func() bool { return ok.Load() >= 500 }, "500 webhooks answered 200 before SIGTERM")
 
-	signaled := time.Now()
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-exited:
-	case <-time.After(time.Minute):
-		t.Fatalf("paystream ingest still running a minute after SIGTERM")
-	}
-	exitedAt := time.Now()
-	load.Wait()
-	watch.Wait()
-	if waitErr != nil {
-		t.Errorf("paystream ingest after SIGTERM: %v, want exit status 0", waitErr)
-	}
+		// The load: each client posts unique webhooks on keep-alive
+		// connections until the process exited.
+		var (
+			mu      sync.Mutex
+			answers []answer
+			ok      atomic.Int64
+			load    sync.WaitGroup
+		)
+		for c := range 16 {
+			load.Go(func() {
+				client := &http.Client{Timeout: 30 * time.Second}
+				for n := 0; ; n++ {
+					select {
+					case <-exited:
+						return
+					default:
+					}
+					a := postWebhook(client, base, fmt.Sprintf("msg_%d_%d", c, n))
+					if a.status == http.StatusOK {
+						ok.Add(1)
+					}
+					mu.Lock()
+					answers = append(answers, a)
+					mu.Unlock()
+				}
+			})
+		}
+		testenv.Eventually(t, time.Minute, func() bool { return ok.Load() >= 500 }, "500 webhooks answered 200 before SIGTERM")
 
-	notReady := notReadyAt.Load()
-	if notReady == nil {
-		t.Fatalf("/readyz never answered 503 during the drain")
-	}
-	var before, during, refused, otherErrs, unavailable int
-	accepted := map[string]bool{}
-	for _, a := range answers {
-		switch {
-		case a.refused:
-			refused++
-		case a.err != nil:
-			otherErrs++
-			t.Logf("transport error (not refused) at +%s: %v", a.at.Sub(signaled).Round(time.Millisecond), a.err)
-		case a.status == http.StatusOK:
-			accepted[a.id] = true
-			if a.at.After(*notReady) {
-				during++
-			} else {
-				before++
+		signaled := time.Now()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-exited:
+		case <-time.After(time.Minute):
+			t.Fatalf("paystream ingest still running a minute after SIGTERM")
+		}
+		exitedAt := time.Now()
+		load.Wait()
+		watch.Wait()
+		if waitErr != nil {
+			t.Errorf("paystream ingest after SIGTERM: %v, want exit status 0", waitErr)
+		}
+
+		notReady := notReadyAt.Load()
+		if notReady == nil {
+			t.Fatalf("/readyz never answered 503 during the drain")
+		}
+		var before, during, refused, otherErrs, unavailable int
+		accepted := map[string]bool{}
+		for _, a := range answers {
+			switch {
+			case a.refused:
+				refused++
+			case a.err != nil:
+				otherErrs++
+				t.Logf("transport error (not refused) at +%s: %v", a.at.Sub(signaled).Round(time.Millisecond), a.err)
+			case a.status == http.StatusOK:
+				accepted[a.id] = true
+				if a.at.After(*notReady) {
+					during++
+				} else {
+					before++
+				}
+			case a.status == http.StatusServiceUnavailable:
+				unavailable++
+				if a.at.Before(signaled) {
+					t.Errorf("webhook %s answered 503 before SIGTERM", a.id)
+				}
+			default:
+				t.Errorf("webhook %s answered %d, want 200 or (draining) 503", a.id, a.status)
 			}
-		case a.status == http.StatusServiceUnavailable:
-			unavailable++
-			if a.at.Before(signaled) {
-				t.Errorf("webhook %s answered 503 before SIGTERM", a.id)
+		}
+		if during == 0 {
+			t.Errorf("no webhook answered 200 after /readyz dropped: the grace did not keep serving")
+		}
+
+		// Every webhook answered 200 is on the raw topic exactly once.
+		onTopic := map[string]int{}
+		for _, r := range consumeAll(t, brokers, raw, int(endOffsets(t, brokers, raw)), time.Minute) {
+			env, err := envelope.DecodeRaw(r.Value)
+			if err != nil {
+				t.Fatalf("raw record %d/%d: %v", r.Partition, r.Offset, err)
 			}
-		default:
-			t.Errorf("webhook %s answered %d, want 200 or (draining) 503", a.id, a.status)
+			onTopic[env.Event.EventID]++
 		}
-	}
-	if during == 0 {
-		t.Errorf("no webhook answered 200 after /readyz dropped: the grace did not keep serving")
-	}
+		lost, dup := 0, 0
+		for id := range accepted {
+			switch onTopic[id] {
+			case 0:
+				lost++
+			case 1:
+			default:
+				dup++
+			}
+		}
+		if lost > 0 || dup > 0 {
+			t.Errorf("of %d webhooks answered 200: %d not on the raw topic, %d on it more than once", len(accepted), lost, dup)
+		}
 
-	// Every webhook answered 200 is on the raw topic exactly once.
-	onTopic := map[string]int{}
-	for _, r := range consumeAll(t, brokers, raw, int(endOffsets(t, brokers, raw)), time.Minute) {
-		env, err := envelope.DecodeRaw(r.Value)
-		if err != nil {
-			t.Fatalf("raw record %d/%d: %v", r.Partition, r.Offset, err)
-		}
-		onTopic[env.Event.EventID]++
-	}
-	lost, dup := 0, 0
-	for id := range accepted {
-		switch onTopic[id] {
-		case 0:
-			lost++
-		case 1:
-		default:
-			dup++
-		}
-	}
-	if lost > 0 || dup > 0 {
-		t.Errorf("of %d webhooks answered 200: %d not on the raw topic, %d on it more than once", len(accepted), lost, dup)
-	}
-
-	drained := drainedLog(t, logs.String())
-	t.Logf("SIGTERM → /readyz 503 after %s; exit after %s (grace %s; server's drain %s, %d requests in flight at close)",
-		notReady.Sub(signaled).Round(time.Millisecond), exitedAt.Sub(signaled).Round(time.Millisecond), grace,
-		drained.duration.Round(time.Millisecond), drained.inFlight)
-	t.Logf("answers: %d × 200 before readiness dropped, %d × 200 after (during the drain), %d × 503, %d refused, %d other transport errors; %d records on the raw topic for %d accepted webhooks",
-		before, during, unavailable, refused, otherErrs, len(onTopic), len(accepted))
+		drained := drainedLog(t, logs.String())
+		t.Logf("SIGTERM → /readyz 503 after %s; exit after %s (grace %s; server's drain %s, %d requests in flight at close)",
+			notReady.Sub(signaled).Round(time.Millisecond), exitedAt.Sub(signaled).Round(time.Millisecond), grace,
+			drained.duration.Round(time.Millisecond), drained.inFlight)
+		t.Logf("answers: %d × 200 before readiness dropped, %d × 200 after (during the drain), %d × 503, %d refused, %d other transport errors; %d records on the raw topic for %d accepted webhooks",
+			before, during, unavailable, refused, otherErrs, len(onTopic), len(accepted))
+	})
 }
 
 // postWebhook posts one signed payment.paid webhook with id as its
@@ -263,4 +265,16 @@ func drainedLog(t *testing.T, logs string) drained {
 	}
 	t.Errorf("ingest logged no \"ingest drained\" line")
 	return drained{}
+}
+
+// eachHTTPServer runs f as a parallel subtest for each HTTP server `paystream
+// ingest --http-server` offers.
+func eachHTTPServer(t *testing.T, f func(t *testing.T, server string)) {
+	t.Parallel()
+	for _, server := range []string{ingest.HTTPServerNet, ingest.HTTPServerFast} {
+		t.Run(strings.ReplaceAll(server, "/", ""), func(t *testing.T) {
+			t.Parallel()
+			f(t, server)
+		})
+	}
 }

@@ -1,0 +1,219 @@
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The HTTP servers Serve can run (Config.HTTPServer).
+const (
+	// HTTPServerNet is Go's net/http: the default.
+	HTTPServerNet = "net/http"
+	// HTTPServerFast is github.com/valyala/fasthttp for POST
+	// /webhooks/{source}, and net/http's handler (through fasthttp's
+	// adaptor) for everything else. It answers every webhook the same way
+	// net/http does, for less CPU per request: it reuses each request's
+	// memory, and spends fewer system calls and goroutine switches per
+	// request on a keep-alive connection.
+	HTTPServerFast = "fasthttp"
+)
+
+// maxHeaderBytes bounds a request's line and headers, on either server.
+const maxHeaderBytes = 64 << 10
+
+// serveFast is Serve on fasthttp.
+func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
+	other := fasthttpadaptor.NewFastHTTPHandler(s.closingWhenDraining(s.handler))
+	srv := &fasthttp.Server{
+		Handler: func(c *fasthttp.RequestCtx) {
+			if name, ok := webhookSource(c); ok {
+				s.handleWebhookFast(c, name)
+				return
+			}
+			other(c)
+		},
+		ErrorHandler: s.fastError,
+		// ReadTimeout bounds the request line and headers, from their
+		// first byte; once they are in, HeaderReceived gives the body
+		// ReadTimeout of its own.
+		ReadTimeout: s.cfg.ReadHeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: s.cfg.ReadTimeout}
+		},
+		WriteTimeout:       s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
+		IdleTimeout:        90 * time.Second,
+		ReadBufferSize:     maxHeaderBytes,
+		MaxRequestBodySize: int(largestBody(s.cfg.Sources)),
+		// Bodies stream: a webhook is admitted on its Content-Length
+		// before its body is read, as on net/http (fasthttp reads up to
+		// 8 KiB of it ahead).
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		CloseOnShutdown:              true,
+		SecureErrorLogMessage:        true, // no request bytes in its log lines
+		Logger:                       fastLogger{s.log},
+	}
+	loopCtx, stopLoop := context.WithCancel(ctx)
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		s.readinessLoop(loopCtx)
+	}()
+	defer func() {
+		stopLoop()
+		<-loopDone
+		s.kafka.Close()
+	}()
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("ingest listening", "addr", ln.Addr().String(), "http_server", HTTPServerFast)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	return s.drain(func(ctx context.Context) error {
+		if err := srv.ShutdownWithContext(ctx); err != nil {
+			return err
+		}
+		return <-errc // nil once Serve returned after a shutdown
+	})
+}
+
+// webhookPrefix is the path of the webhook route before the source name.
+var webhookPrefix = []byte("/webhooks/")
+
+// webhookSource returns the source name of a POST /webhooks/{source},
+// read from the path as sent. Anything else — another method or path, a
+// name with a slash or a percent escape, dot segments — is for net/http's
+// router, which answers it as it would on net/http.
+func webhookSource(c *fasthttp.RequestCtx) (string, bool) {
+	if !c.IsPost() {
+		return "", false
+	}
+	path := c.URI().PathOriginal()
+	name, ok := bytes.CutPrefix(path, webhookPrefix)
+	if !ok || len(name) == 0 || bytes.IndexAny(name, "/%?#") >= 0 || bytes.Equal(name, []byte(".")) || bytes.Equal(name, []byte("..")) {
+		return "", false
+	}
+	return string(name), true
+}
+
+// handleWebhookFast is handleWebhook on fasthttp.
+func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
+	ctx := context.Context(context.Background())
+	a := answerOK
+	if s.tracer != nil {
+		var span trace.Span
+		ctx, span = s.startSpan(ctx)
+		defer func() { endSpan(span, a.status) }()
+	}
+	contentLength := int64(c.Request.Header.ContentLength())
+	if contentLength < 0 {
+		contentLength = -1 // chunked (-1) or none (-2): unknown
+	}
+	a = s.webhook(ctx, name, contentLength, func(rt *route, buf *[]byte) ([]byte, error) {
+		// Over the limit, it reads up to the limit as net/http does, so
+		// that a client still writing its body reads the 413 rather than
+		// a connection reset.
+		limit := rt.src.MaxBodyBytes
+		if stream := c.RequestBodyStream(); stream != nil {
+			return readBody(&maxBytesReader{r: stream, left: limit}, contentLength, limit, buf)
+		}
+		body := c.PostBody()
+		if int64(len(body)) > limit {
+			return nil, &http.MaxBytesError{Limit: limit}
+		}
+		return body, nil
+	}, func() request {
+		return request{header: fastHeader(&c.Request.Header), query: string(c.URI().QueryString()),
+			gone: func() bool { return connGone(c.Conn()) }}
+	})
+	if a.close || s.draining.Load() {
+		c.SetConnectionClose()
+	}
+	if a.status == http.StatusServiceUnavailable {
+		c.Response.Header.Set("Retry-After", s.retryAfter)
+	}
+	c.SetStatusCode(a.status)
+	c.SetContentType("application/json")
+	c.SetBody(a.body)
+}
+
+// fastHeader copies a request's headers into an http.Header, keyed as
+// net/http keys them (canonical names; Host and Transfer-Encoding are not
+// headers there), for the drivers and the envelope.
+func fastHeader(h *fasthttp.RequestHeader) http.Header {
+	out := make(http.Header, h.Len())
+	for k, v := range h.All() {
+		key := http.CanonicalHeaderKey(string(k))
+		if key == "Host" || key == "Transfer-Encoding" {
+			continue
+		}
+		out[key] = append(out[key], string(v))
+	}
+	return out
+}
+
+// maxBytesReader reads at most left bytes of r, then fails with
+// *http.MaxBytesError, as http.MaxBytesReader does.
+type maxBytesReader struct {
+	r    io.Reader
+	left int64
+	read int64
+}
+
+func (m *maxBytesReader) Read(p []byte) (int, error) {
+	if int64(len(p)) > m.left+1 {
+		p = p[:m.left+1]
+	}
+	n, err := m.r.Read(p)
+	if int64(n) > m.left {
+		return int(m.left), &http.MaxBytesError{Limit: m.read + m.left}
+	}
+	m.left -= int64(n)
+	m.read += int64(n)
+	return n, err
+}
+
+// fastError answers a request fasthttp could not read, as net/http does:
+// 431 for headers over maxHeaderBytes, 408 for a request not read in
+// time, 501 for a transfer coding other than chunked, 400 for anything
+// malformed; the connection closes after it.
+func (s *Server) fastError(c *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
+	switch {
+	case errors.As(err, &small):
+		c.Error("431 Request Header Fields Too Large", http.StatusRequestHeaderFieldsTooLarge)
+	case errors.As(err, &netErr) && netErr.Timeout():
+		c.Error("408 Request Timeout", http.StatusRequestTimeout)
+	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
+		c.Error("501 Not Implemented: unsupported transfer encoding", http.StatusNotImplemented)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		c.SetStatusCode(http.StatusRequestEntityTooLarge)
+		c.SetContentType("application/json")
+		c.SetBodyString(`{"error":"body too large"}` + "\n")
+	default:
+		c.Error("400 Bad Request", http.StatusBadRequest)
+	}
+}
+
+// fastLogger is fasthttp's logger: warnings in ingest's log.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	l.log.Warn("http server", "error", fmt.Sprintf(format, args...))
+}
