@@ -18,15 +18,18 @@ import (
 
 // The HTTP servers Serve can run (Config.HTTPServer).
 const (
-	// HTTPServerNet is Go's net/http: the default.
-	HTTPServerNet = "net/http"
-	// HTTPServerFast is github.com/valyala/fasthttp for POST
-	// /webhooks/{source}, and net/http's handler (through fasthttp's
-	// adaptor) for everything else. It answers every webhook the same way
-	// net/http does, for less CPU per request: it reuses each request's
-	// memory, and spends fewer system calls and goroutine switches per
-	// request on a keep-alive connection.
+	// HTTPServerFast, the default, is github.com/valyala/fasthttp for
+	// POST /webhooks/{source}, and net/http's handler (through fasthttp's
+	// adaptor) for everything else. It answers every webhook as net/http
+	// does, for less CPU per request: it reuses each request's memory, and
+	// spends fewer system calls and goroutine switches per request on a
+	// keep-alive connection. Two differences: a request counts as in
+	// flight once its first 8 KiB of body (or all of it, if shorter) have
+	// arrived, not once its headers have; and each connection holds a
+	// read buffer of maxHeaderBytes.
 	HTTPServerFast = "fasthttp"
+	// HTTPServerNet is Go's net/http.
+	HTTPServerNet = "net/http"
 )
 
 // maxHeaderBytes bounds a request's line and headers, on either server.

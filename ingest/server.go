@@ -112,8 +112,8 @@ type Config struct {
 	Gatherer prometheus.Gatherer
 	// Now is the clock signatures are judged against. Defaults to time.Now.
 	Now func() time.Time
-	// HTTPServer is the HTTP server Serve runs: HTTPServerNet (the
-	// default) or HTTPServerFast. Handler is net/http's either way.
+	// HTTPServer is the HTTP server Serve runs: HTTPServerFast (the
+	// default) or HTTPServerNet. Handler is net/http's either way.
 	HTTPServer string
 	// TracerProvider traces each webhook: a server span per request, and
 	// kotel's producer hook starts the record's publish span under it and
@@ -220,7 +220,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	switch cfg.HTTPServer {
 	case "":
-		cfg.HTTPServer = HTTPServerNet
+		cfg.HTTPServer = HTTPServerFast
 	case HTTPServerNet, HTTPServerFast:
 	default:
 		return nil, fmt.Errorf("ingest config: HTTPServer %q: want %q or %q", cfg.HTTPServer, HTTPServerNet, HTTPServerFast)

@@ -94,6 +94,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/loadgen"
 )
 
@@ -116,6 +117,7 @@ type options struct {
 	rounds        int
 	partitions    int
 	baselineConns int
+	httpServer    string
 	brokerPID     int
 	rate          float64
 	quick         bool
@@ -143,6 +145,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 2, "rounds of the whole workload per design, alternated (paystream then the baseline, then the other way round), each with its own payments, schemas and topics: a change in the machine's speed during the bench then hits both designs. The table is over every round; each round's ratio is printed too")
 	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the raw and state topics")
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
+	flag.StringVar(&o.httpServer, "http-server", "", `paystream ingest's --http-server: "net/http" or "fasthttp" (default: ingest's own default)`)
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
 	flag.Float64Var(&o.rate, "rate", 0, "send at this fixed arrival rate, requests per second (0: as fast as each target answers)")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries and of -warmup")
@@ -190,6 +193,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.rounds < 1 {
 		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
+	if o.httpServer != "" && o.httpServer != "fasthttp" && o.httpServer != "net/http" {
+		return fmt.Errorf(`-http-server %q: want "fasthttp" or "net/http"`, o.httpServer)
 	}
 	if o.client != "fasthttp" && o.client != "net/http" {
 		return fmt.Errorf(`-client %q: want "fasthttp" or "net/http"`, o.client)
@@ -276,7 +282,7 @@ func run(ctx context.Context, o options) error {
 	}
 	rep := report{Kind: kind, Machine: machine, Workload: workloadInfo{
 		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments, Rounds: o.rounds,
-		BodyBytes: o.bodyBytes, Connections: o.concurrency, Client: o.client, Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
+		BodyBytes: o.bodyBytes, Connections: o.concurrency, Client: o.client, IngestHTTPServer: ingestHTTPServer(o.httpServer), Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
 	}, Paystream: mergeResults(pipes), Baseline: mergeResults(bases)}
 	if o.rounds > 1 {
 		rep.Rounds = rounds
@@ -381,4 +387,12 @@ func (b *bench) sender(url string) (loadgen.Sender, error) {
 		return &loadgen.HTTPSender{BaseURL: url, Client: loadgen.NewClient(b.concurrency, 10*time.Second)}, nil
 	}
 	return loadgen.NewFastSender(url, b.concurrency, 10*time.Second)
+}
+
+// ingestHTTPServer is the HTTP server ingest runs with -http-server flag.
+func ingestHTTPServer(flag string) string {
+	if flag == "" {
+		return ingest.HTTPServerFast // ingest's default
+	}
+	return flag
 }

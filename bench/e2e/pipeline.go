@@ -150,8 +150,11 @@ func (b *bench) setUpPipeline(ctx context.Context, suffix string) (*pipelineRun,
 	if r.ingestMetrics, err = freeAddr(); err != nil {
 		return r, err
 	}
-	if r.ingest, err = start("ingest", b.binary, append([]string{"ingest", "--sources", b.sourcesPath, "--http-addr", addr,
-		"--metrics-addr", r.ingestMetrics}, common...)...); err != nil {
+	ingestArgs := []string{"ingest", "--sources", b.sourcesPath, "--http-addr", addr, "--metrics-addr", r.ingestMetrics}
+	if b.httpServer != "" {
+		ingestArgs = append(ingestArgs, "--http-server", b.httpServer)
+	}
+	if r.ingest, err = start("ingest", b.binary, append(ingestArgs, common...)...); err != nil {
 		return r, err
 	}
 	if r.processorMetrics, err = freeAddr(); err != nil {

@@ -39,7 +39,7 @@ type ingestFlags struct {
 	ProduceTimeout       time.Duration `help:"How long a request waits for the broker's ack before answering 503." default:"5s" env:"PAYSTREAM_PRODUCE_TIMEOUT"`
 	MaxInFlight          int           `help:"Most webhook requests handled at once; more are answered 503 with Retry-After." default:"2048" env:"PAYSTREAM_MAX_IN_FLIGHT"`
 	MaxBufferedBodyBytes int64         `help:"Most body bytes the requests in flight may hold together (each counted at its Content-Length, or its source's max_body_bytes without one); a request that would pass it is answered 503 with Retry-After." default:"268435456" env:"PAYSTREAM_MAX_BUFFERED_BODY_BYTES"`
-	HTTPServer           string        `help:"HTTP server of the webhook endpoint: net/http (Go's own), or fasthttp (same answers, about two thirds of the CPU per request; see README)." enum:"net/http,fasthttp" default:"net/http" env:"PAYSTREAM_HTTP_SERVER"`
+	HTTPServer           string        `help:"HTTP server of the webhook endpoint: fasthttp, or net/http (Go's own: the same answers for about 1.3 times the CPU per webhook; see README)." enum:"fasthttp,net/http" default:"fasthttp" env:"PAYSTREAM_HTTP_SERVER"`
 	ProduceLinger        time.Duration `help:"How long the producer waits for more webhooks of a partition before sending them to the broker in one request (longer: fewer requests, less broker CPU, slower answers; 0: each at once)." default:"2ms" env:"PAYSTREAM_PRODUCE_LINGER"`
 }
 
