@@ -1,6 +1,7 @@
 package ingest
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -10,7 +11,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
@@ -149,18 +153,53 @@ func TestReadBody(t *testing.T) {
 		{"over the limit, announced", strings.Repeat("z", limit+1), limit + 1, true},
 		{"over the limit, unannounced", strings.Repeat("z", 5*limit), -1, true},
 	}
-	for _, c := range cases {
-		for _, bufCap := range []int{0, 8, 4096} {
-			buf := make([]byte, 0, bufCap)
-			w := httptest.NewRecorder()
-			got, err := readBody(http.MaxBytesReader(w, io.NopCloser(strings.NewReader(c.body)), limit), c.contentLength, limit, &buf)
-			var tooLarge *http.MaxBytesError
-			switch {
-			case c.wantErr && !errors.As(err, &tooLarge):
-				t.Errorf("%s (cap %d): error %v, want a MaxBytesError", c.name, bufCap, err)
-			case !c.wantErr && (err != nil || string(got) != c.body):
-				t.Errorf("%s (cap %d): got %q, %v", c.name, bufCap, got, err)
+	// net/http's limiter and fasthttp's (maxBytesReader) must agree.
+	limiters := map[string]func(io.Reader) io.Reader{
+		"net/http": func(r io.Reader) io.Reader { return http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(r), limit) },
+		"fasthttp": func(r io.Reader) io.Reader { return &maxBytesReader{r: iotest.OneByteReader(r), left: limit} },
+	}
+	for server, limited := range limiters {
+		for _, c := range cases {
+			for _, bufCap := range []int{0, 8, 4096} {
+				buf := make([]byte, 0, bufCap)
+				got, err := readBody(limited(strings.NewReader(c.body)), c.contentLength, limit, &buf)
+				var tooLarge *http.MaxBytesError
+				switch {
+				case c.wantErr && (!errors.As(err, &tooLarge) || tooLarge.Limit != limit):
+					t.Errorf("%s, %s (cap %d): error %v, want a MaxBytesError of limit %d", server, c.name, bufCap, err, limit)
+				case !c.wantErr && (err != nil || string(got) != c.body):
+					t.Errorf("%s, %s (cap %d): got %q, %v", server, c.name, bufCap, got, err)
+				}
 			}
+		}
+	}
+}
+
+// TestFastHeader: fasthttp's request headers reach the drivers keyed as
+// net/http keys them, repeated names in order, Host and Transfer-Encoding
+// left out.
+func TestFastHeader(t *testing.T) {
+	t.Parallel()
+	var req fasthttp.Request
+	raw := "POST /webhooks/sw HTTP/1.1\r\nHost: ingest\r\nwebhook-id: msg_1\r\nWEBHOOK-SIGNATURE: v1,a\r\n" +
+		"Webhook-Signature: v1,b\r\nX-Request-Id: r1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	got := fastHeader(&req.Header)
+	want := http.Header{
+		"Webhook-Id":        {"msg_1"},
+		"Webhook-Signature": {"v1,a", "v1,b"},
+		"X-Request-Id":      {"r1"},
+	}
+	for k, v := range want {
+		if !slices.Equal(got[k], v) {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+	for _, k := range []string{"Host", "Transfer-Encoding"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s is a header: %q", k, got[k])
 		}
 	}
 }

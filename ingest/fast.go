@@ -116,16 +116,16 @@ func webhookSource(c *fasthttp.RequestCtx) (string, bool) {
 
 // handleWebhookFast is handleWebhook on fasthttp.
 func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
-	ctx := context.Context(context.Background())
+	ctx := context.Background()
 	a := answerOK
 	if s.tracer != nil {
 		var span trace.Span
 		ctx, span = s.startSpan(ctx)
 		defer func() { endSpan(span, a.status) }()
 	}
-	contentLength := int64(c.Request.Header.ContentLength())
-	if contentLength < 0 {
-		contentLength = -1 // chunked (-1) or none (-2): unknown
+	contentLength := int64(c.Request.Header.ContentLength()) // -1: chunked, unknown
+	if contentLength == -2 {
+		contentLength = 0 // neither Content-Length nor chunked: no body, as net/http reads it
 	}
 	a = s.webhook(ctx, name, contentLength, func(rt *route, buf *[]byte) ([]byte, error) {
 		// Over the limit, it reads up to the limit as net/http does, so
