@@ -155,7 +155,9 @@ func TestReadBody(t *testing.T) {
 	}
 	// net/http's limiter and fasthttp's (maxBytesReader) must agree.
 	limiters := map[string]func(io.Reader) io.Reader{
-		"net/http": func(r io.Reader) io.Reader { return http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(r), limit) },
+		"net/http": func(r io.Reader) io.Reader {
+			return http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(r), limit)
+		},
 		"fasthttp": func(r io.Reader) io.Reader { return &maxBytesReader{r: iotest.OneByteReader(r), left: limit} },
 	}
 	for server, limited := range limiters {
