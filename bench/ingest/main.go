@@ -66,6 +66,7 @@ type options struct {
 	brokerPID           int
 	linger              time.Duration
 	compression         string
+	httpServer          string
 	client              string
 }
 
@@ -83,6 +84,7 @@ func main() {
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, to report its CPU (default: the local stack's; 0: not reported)")
 	flag.DurationVar(&o.linger, "linger", -1, "override ingest's producer linger (experiments)")
 	flag.StringVar(&o.compression, "compression", "", "override ingest's producer compression: none, snappy, lz4, zstd (experiments)")
+	flag.StringVar(&o.httpServer, "http-server", ingest.HTTPServerFast, `ingest's HTTP server: "fasthttp" (ingest's default) or "net/http" (the bare handler is net/http either way)`)
 	flag.StringVar(&o.client, "client", "fasthttp", `the load generator's HTTP client: "fasthttp" (a fraction of net/http's CPU per request, which the targets get instead) or "net/http" (as before 2026-12-02)`)
 	flag.Parse()
 
@@ -133,7 +135,7 @@ func run(ctx context.Context, o options) error {
 	}
 	srv, err := ingest.New(ingest.Config{
 		Sources: sources, Brokers: brokers, Topic: raw, DLQTopic: dlq,
-		Logger: log, Registerer: prometheus.NewRegistry(), KafkaOpts: kopts,
+		Logger: log, Registerer: prometheus.NewRegistry(), KafkaOpts: kopts, HTTPServer: o.httpServer,
 	})
 	if err != nil {
 		return err
@@ -155,8 +157,8 @@ func run(ctx context.Context, o options) error {
 	}
 	defer stopBare()
 
-	fmt.Printf("bench-ingest: %d CPUs (GOMAXPROCS %d), Kafka %s (acks=all, idempotent producer), raw topic with %d partitions\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(brokers, ","), o.partitions)
+	fmt.Printf("bench-ingest: %d CPUs (GOMAXPROCS %d), Kafka %s (acks=all, idempotent producer), raw topic with %d partitions, ingest on %s, the bare handler on net/http\n",
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), strings.Join(brokers, ","), o.partitions, o.httpServer)
 	fmt.Printf("note: the load generator, ingest, the bare handler and the Kafka broker all share this machine's %d CPUs;\n"+
 		"      the load generator's own CPU is taken from what ingest and the broker could use.\n\n", runtime.NumCPU())
 
