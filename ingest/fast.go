@@ -35,10 +35,10 @@ const (
 // maxHeaderBytes bounds a request's line and headers, on either server.
 const maxHeaderBytes = 64 << 10
 
-// serveFast is Serve on fasthttp.
-func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
+// fastServer is the fasthttp server Serve runs.
+func (s *Server) fastServer() *fasthttp.Server {
 	other := fasthttpadaptor.NewFastHTTPHandler(s.closingWhenDraining(s.handler))
-	srv := &fasthttp.Server{
+	return &fasthttp.Server{
 		Handler: func(c *fasthttp.RequestCtx) {
 			if name, ok := webhookSource(c); ok {
 				s.handleWebhookFast(c, name)
@@ -68,31 +68,6 @@ func (s *Server) serveFast(ctx context.Context, ln net.Listener) error {
 		SecureErrorLogMessage:        true, // no request bytes in its log lines
 		Logger:                       fastLogger{s.log},
 	}
-	loopCtx, stopLoop := context.WithCancel(ctx)
-	loopDone := make(chan struct{})
-	go func() {
-		defer close(loopDone)
-		s.readinessLoop(loopCtx)
-	}()
-	defer func() {
-		stopLoop()
-		<-loopDone
-		s.kafka.Close()
-	}()
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("ingest listening", "addr", ln.Addr().String(), "http_server", HTTPServerFast)
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	return s.drain(func(ctx context.Context) error {
-		if err := srv.ShutdownWithContext(ctx); err != nil {
-			return err
-		}
-		return <-errc // nil once Serve returned after a shutdown
-	})
 }
 
 // webhookPrefix is the path of the webhook route before the source name.

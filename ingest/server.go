@@ -326,7 +326,8 @@ func (s *Server) Run(ctx context.Context) error {
 // producer flushes, all within ShutdownTimeout.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if s.cfg.HTTPServer == HTTPServerFast {
-		return s.serveFast(ctx, ln)
+		srv := s.fastServer()
+		return s.serve(ctx, ln, HTTPServerFast, srv.Serve, srv.ShutdownWithContext)
 	}
 	srv := &http.Server{
 		Handler:           s.closingWhenDraining(s.handler),
@@ -337,6 +338,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	return s.serve(ctx, ln, HTTPServerNet, srv.Serve, srv.Shutdown)
+}
+
+// serve runs an HTTP server (serveFn, named name) on ln and the readiness
+// loop until ctx ends, then drains through shutdown.
+func (s *Server) serve(ctx context.Context, ln net.Listener, name string,
+	serveFn func(net.Listener) error, shutdown func(context.Context) error,
+) error {
 	loopCtx, stopLoop := context.WithCancel(ctx)
 	loopDone := make(chan struct{})
 	go func() {
@@ -349,14 +358,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.kafka.Close()
 	}()
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	s.log.Info("ingest listening", "addr", ln.Addr().String(), "http_server", HTTPServerNet)
+	go func() { errc <- serveFn(ln) }()
+	s.log.Info("ingest listening", "addr", ln.Addr().String(), "http_server", name)
 	select {
 	case err := <-errc:
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
-	return s.drain(srv.Shutdown)
+	return s.drain(shutdown)
 }
 
 // drain stops the server as Serve describes; shutdown closes its listener

@@ -150,28 +150,14 @@ func TestServeTimeouts(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
 		const timeout = 300 * time.Millisecond
 		srv, err := ingest.New(ingest.Config{
-			HTTPServer: server,
-			Sources:    loadSources(t), Brokers: testenv.Kafka(t),
+			HTTPServer: server, Sources: loadSources(t), Brokers: testenv.Kafka(t),
 			ReadHeaderTimeout: timeout, ReadTimeout: 2 * timeout,
 			Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ctx, ln) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-served; err != nil {
-				t.Errorf("Serve: %v", err)
-			}
-		})
-		addr := ln.Addr().String()
+		addr := strings.TrimPrefix(newServer(t, srv), "http://")
 
 		// closedWithin sends partial, then reports how long the server took to
 		// end the connection (answering 408 or just closing it).
