@@ -132,18 +132,46 @@ func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
 
 // fastHeader copies a request's headers into an http.Header, keyed as
 // net/http keys them (canonical names; Host and Transfer-Encoding are not
-// headers there), for the drivers and the envelope.
+// headers there), for the drivers and the envelope. The values share one
+// backing array, and the names gateways send are not allocated.
 func fastHeader(h *fasthttp.RequestHeader) http.Header {
 	out := make(http.Header, h.Len())
+	values := make([]string, 0, h.Len())
 	for k, v := range h.All() {
-		key := http.CanonicalHeaderKey(string(k))
+		key, ok := commonHeaders[string(k)]
+		if !ok {
+			key = http.CanonicalHeaderKey(string(k))
+		}
 		if key == "Host" || key == "Transfer-Encoding" {
 			continue
 		}
-		out[key] = append(out[key], string(v))
+		if prev, ok := out[key]; ok {
+			out[key] = append(prev, string(v)) // a repeated name: rare
+			continue
+		}
+		values = append(values, string(v))
+		out[key] = values[len(values)-1 : len(values) : len(values)]
 	}
 	return out
 }
+
+// commonHeaders are the header names the drivers read and clients commonly
+// send, as fasthttp spells them (canonical, as net/http does): looking one
+// up allocates nothing.
+var commonHeaders = func() map[string]string {
+	names := []string{
+		"Accept", "Accept-Encoding", "Authorization", "Connection", "Content-Length", "Content-Type",
+		"Host", "Idempotency-Key", "Traceparent", "Transfer-Encoding", "User-Agent",
+		"Webhook-Id", "Webhook-Signature", "Webhook-Timestamp", "X-Forwarded-For", "X-Forwarded-Proto",
+		"X-Request-Id", "X-Signature", "X-Hub-Signature", "X-Hub-Signature-256", "Stripe-Signature",
+		"Asaas-Access-Token", "X-Authenticity-Token",
+	}
+	m := make(map[string]string, len(names))
+	for _, n := range names {
+		m[http.CanonicalHeaderKey(n)] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
 
 // maxBytesReader reads at most left bytes of r, then fails with
 // *http.MaxBytesError, as http.MaxBytesReader does.

@@ -152,11 +152,9 @@ func (s *Server) unreadable(rt *route, err error, gone func() bool) answer {
 // whole, and says what to answer.
 func (s *Server) accept(ctx context.Context, rt *route, r request, body []byte) answer {
 	src := rt.src
-	var query url.Values
+	var query url.Values // nil without a query: drivers only read it
 	if r.query != "" {
 		query, _ = url.ParseQuery(r.query) // as net/http's URL.Query: bad pairs dropped
-	} else {
-		query = url.Values{}
 	}
 	req := &provider.Request{Header: r.header, Query: query, Body: body, Now: s.cfg.Now()}
 	if err := src.Driver.Verify(req); err != nil {
