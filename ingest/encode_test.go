@@ -158,7 +158,7 @@ func TestReadBody(t *testing.T) {
 		"net/http": func(r io.Reader) io.Reader {
 			return http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(r), limit)
 		},
-		"fasthttp": func(r io.Reader) io.Reader { return &maxBytesReader{r: iotest.OneByteReader(r), left: limit} },
+		"fasthttp": func(r io.Reader) io.Reader { return newMaxBytesReader(iotest.OneByteReader(r), limit) },
 	}
 	for server, limited := range limiters {
 		for _, c := range cases {

@@ -108,7 +108,7 @@ func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
 		// a connection reset.
 		limit := rt.src.MaxBodyBytes
 		if stream := c.RequestBodyStream(); stream != nil {
-			return readBody(&maxBytesReader{r: stream, left: limit}, contentLength, limit, buf)
+			return readBody(newMaxBytesReader(stream, limit), contentLength, limit, buf)
 		}
 		body := c.PostBody()
 		if int64(len(body)) > limit {
@@ -173,24 +173,26 @@ var commonHeaders = func() map[string]string {
 	return m
 }()
 
-// maxBytesReader reads at most left bytes of r, then fails with
+// maxBytesReader reads at most limit bytes of r, then fails with
 // *http.MaxBytesError, as http.MaxBytesReader does.
 type maxBytesReader struct {
-	r    io.Reader
-	left int64
-	read int64
+	r           io.Reader
+	limit, left int64
+}
+
+func newMaxBytesReader(r io.Reader, limit int64) *maxBytesReader {
+	return &maxBytesReader{r: r, limit: limit, left: limit}
 }
 
 func (m *maxBytesReader) Read(p []byte) (int, error) {
 	if int64(len(p)) > m.left+1 {
-		p = p[:m.left+1]
+		p = p[:m.left+1] // one byte past the limit tells it was passed
 	}
 	n, err := m.r.Read(p)
 	if int64(n) > m.left {
-		return int(m.left), &http.MaxBytesError{Limit: m.read + m.left}
+		return int(m.left), &http.MaxBytesError{Limit: m.limit}
 	}
 	m.left -= int64(n)
-	m.read += int64(n)
 	return n, err
 }
 
