@@ -44,9 +44,7 @@ type answer struct {
 	close  bool
 }
 
-var (
-	answerOK = answer{status: http.StatusOK, body: answerReceived}
-)
+var answerOK = answer{status: http.StatusOK, body: answerReceived}
 
 // handleWebhook is POST /webhooks/{source} on net/http (see fast.go for
 // the same on fasthttp): everything that depends on the HTTP server is
@@ -86,7 +84,7 @@ type request struct {
 // contentLength (-1: unknown): it admits the request, reads its body with
 // read (which must stop at the route's max_body_bytes with an
 // *http.MaxBytesError), then verifies, parses and produces it, and says
-// what to answer. req is called once the body is read.
+// what to answer. req is called once reading the body is over.
 func (s *Server) webhook(ctx context.Context, name string, contentLength int64,
 	read func(*route, *[]byte) ([]byte, error), req func() request,
 ) answer {
@@ -113,11 +111,11 @@ func (s *Server) webhook(ctx context.Context, name string, contentLength int64,
 	buf := getBuffer()
 	defer putBuffer(buf)
 	body, err := read(rt, buf)
+	r := req()
 	if err != nil {
-		return s.unreadable(rt, err, req().gone)
+		return s.unreadable(rt, err, r.gone)
 	}
 	s.metrics.bodyBytes.Observe(float64(len(body)))
-	r := req()
 	return s.accept(ctx, rt, r, body)
 }
 
