@@ -111,7 +111,6 @@ func (r *Result) Failed() int64 { return r.Sent - r.OK() }
 // run is the shared state of one Run.
 type run struct {
 	cfg      Config
-	sender   Sender
 	lat      Histogram
 	sent     atomic.Int64
 	failed   atomic.Int64
@@ -161,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		lim = rate.NewLimiter(rate.Limit(cfg.Rate), max(1, int(math.Ceil(cfg.Rate/100))))
 	}
 
-	r := &run{cfg: cfg, sender: cfg.Sender, errKinds: map[string]int64{}}
+	r := &run{cfg: cfg, errKinds: map[string]int64{}}
 	start := time.Now()
 	// stop ends the sending; requests in flight finish on ctx.
 	stop, cancelStop := context.WithCancel(ctx)
@@ -266,7 +265,7 @@ func (r *run) worker(ctx, stop context.Context, lim *rate.Limiter) error {
 // only when req could not be built.
 func (r *run) send(ctx context.Context, req *Request) (status int, answered time.Time, err error) {
 	start := time.Now()
-	status, err = r.sender.Send(ctx, req)
+	status, err = r.cfg.Sender.Send(ctx, req)
 	answered = time.Now()
 	switch {
 	case errors.Is(err, errBuild):

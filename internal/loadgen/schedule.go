@@ -72,7 +72,7 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (*Result, error) {
 		cfg.ProgressInterval = time.Second
 	}
 	// The shared counters, histogram and progress reporter are Run's.
-	r := &run{cfg: Config{Progress: cfg.Progress, ProgressInterval: cfg.ProgressInterval}, sender: cfg.Sender, errKinds: map[string]int64{}}
+	r := &run{cfg: Config{Sender: cfg.Sender, Progress: cfg.Progress, ProgressInterval: cfg.ProgressInterval}, errKinds: map[string]int64{}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
