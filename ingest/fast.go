@@ -44,6 +44,11 @@ func (s *Server) fastServer() *fasthttp.Server {
 				s.handleWebhookFast(c, name)
 				return
 			}
+			// No other route takes a body, and the adaptor would read a
+			// whole one into memory, unbounded: drop it (the handlers see
+			// at most the 8 KiB fasthttp read ahead; the server discards
+			// the rest or closes the connection).
+			_ = c.Request.CloseBodyStream()
 			other(c)
 		},
 		ErrorHandler: s.fastError,
@@ -54,13 +59,13 @@ func (s *Server) fastServer() *fasthttp.Server {
 		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 			return fasthttp.RequestConfig{ReadTimeout: s.cfg.ReadTimeout}
 		},
-		WriteTimeout:       s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
-		IdleTimeout:        90 * time.Second,
-		ReadBufferSize:     maxHeaderBytes,
-		MaxRequestBodySize: int(largestBody(s.cfg.Sources)),
+		WriteTimeout:   s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
+		IdleTimeout:    90 * time.Second,
+		ReadBufferSize: maxHeaderBytes,
 		// Bodies stream: a webhook is admitted on its Content-Length
 		// before its body is read, as on net/http (fasthttp reads up to
-		// 8 KiB of it ahead).
+		// 8 KiB of it ahead), and its source's limit is enforced as it is
+		// read (fasthttp's MaxRequestBodySize does not apply to a stream).
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
@@ -210,10 +215,6 @@ func (s *Server) fastError(c *fasthttp.RequestCtx, err error) {
 		c.Error("408 Request Timeout", http.StatusRequestTimeout)
 	case errors.Is(err, fasthttp.ErrUnsupportedTransferEncoding):
 		c.Error("501 Not Implemented: unsupported transfer encoding", http.StatusNotImplemented)
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		c.SetStatusCode(http.StatusRequestEntityTooLarge)
-		c.SetContentType("application/json")
-		c.SetBodyString(`{"error":"body too large"}` + "\n")
 	default:
 		c.Error("400 Bad Request", http.StatusBadRequest)
 	}

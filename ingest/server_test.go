@@ -195,3 +195,29 @@ func TestServeTimeouts(t *testing.T) {
 		}
 	})
 }
+
+// TestOtherRoutesDoNotReadBodies: a request with a large body to a route
+// other than the webhooks' (here POST /healthz, 100 MiB announced, 64 KiB
+// sent) is answered at once without its body being read: no route but the
+// webhooks' takes a body, and none may buffer one.
+func TestOtherRoutesDoNotReadBodies(t *testing.T) {
+	eachServer(t, func(t *testing.T, server string) {
+		b := setup(t, server, nil)
+		conn, err := net.Dial("tcp", strings.TrimPrefix(b.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		req := "POST /healthz HTTP/1.1\r\nHost: ingest\r\nContent-Length: 104857600\r\n\r\n" + strings.Repeat("x", 64<<10)
+		go func() { _, _ = io.WriteString(conn, req) }() // the rest never comes
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("no answer within 5s: %v (the server waits for the body)", err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("POST /healthz: %d, want 405", resp.StatusCode)
+		}
+	})
+}
