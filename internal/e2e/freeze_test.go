@@ -36,7 +36,7 @@ func startNamedProcessor(t *testing.T, dbURL string, brokers []string, topic, gr
 	}
 	cmd := exec.Command(binary, "processor",
 		"--kafka-brokers", brokers[0], "--database-url", u.String(), "--raw-topic", topic, "--group", group,
-		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "warn")
+		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "info")
 	cmd.Env = append(os.Environ(), "PAYSTREAM_METRICS_ADDR=")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
@@ -208,14 +208,22 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 60*time.Second, func() error {
+	woke := time.Now()
+	for {
 		b, _ := os.ReadFile(frozen.log.Name())
 		s := string(b)
 		if strings.Contains(s, "partition fenced") || strings.Contains(s, "25P03") || strings.Contains(s, "57P01") {
-			return nil
+			break
 		}
-		return fmt.Errorf("the woken processor logged no failed or fenced commit yet:\n%s", s)
-	})
+		if time.Since(woke) > 60*time.Second {
+			// Where is it? SIGQUIT makes the Go runtime write every
+			// goroutine's stack to the log, printed by the cleanup.
+			_ = frozen.cmd.Process.Signal(syscall.SIGQUIT)
+			time.Sleep(time.Second)
+			t.Fatalf("the woken processor logged no failed or fenced commit within 60s (its goroutines are in its log)")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	res := <-produced
 	if res.err != nil {
 		t.Fatal(res.err)
