@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -41,7 +42,7 @@ func (s *Server) fastServer() *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler: func(c *fasthttp.RequestCtx) {
 			if name, ok := webhookSource(c); ok {
-				s.handleWebhookFast(c, name)
+				s.handleWebhookFast(c, s.routes[string(name)]) // the conversion allocates nothing
 				return
 			}
 			// No other route takes a body, and the adaptor would read a
@@ -82,20 +83,21 @@ var webhookPrefix = []byte("/webhooks/")
 // read from the path as sent. Anything else — another method or path, a
 // name with a slash or a percent escape, dot segments — is for net/http's
 // router, which answers it as it would on net/http.
-func webhookSource(c *fasthttp.RequestCtx) (string, bool) {
+func webhookSource(c *fasthttp.RequestCtx) ([]byte, bool) {
 	if !c.IsPost() {
-		return "", false
+		return nil, false
 	}
 	path := c.URI().PathOriginal()
 	name, ok := bytes.CutPrefix(path, webhookPrefix)
 	if !ok || len(name) == 0 || bytes.IndexAny(name, "/%?#") >= 0 || bytes.Equal(name, []byte(".")) || bytes.Equal(name, []byte("..")) {
-		return "", false
+		return nil, false
 	}
-	return string(name), true
+	return name, true
 }
 
-// handleWebhookFast is handleWebhook on fasthttp.
-func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
+// handleWebhookFast is handleWebhook on fasthttp, for rt's source (nil: a
+// source nobody configured).
+func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, rt *route) {
 	ctx := context.Background()
 	a := answerOK
 	if s.tracer != nil {
@@ -107,7 +109,7 @@ func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
 	if contentLength == -2 {
 		contentLength = 0 // neither Content-Length nor chunked: no body, as net/http reads it
 	}
-	a = s.webhook(ctx, name, contentLength, func(rt *route, buf *[]byte) ([]byte, error) {
+	a = s.webhook(ctx, rt, contentLength, func(rt *route, buf *[]byte) ([]byte, error) {
 		// Over the limit, it reads up to the limit as net/http does, so
 		// that a client still writing its body reads the 413 rather than
 		// a connection reset.
@@ -138,11 +140,24 @@ func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, name string) {
 // fastHeader copies a request's headers into an http.Header, keyed as
 // net/http keys them (canonical names; Host and Transfer-Encoding are not
 // headers there), for the drivers and the envelope. The values share one
-// backing array, and the names gateways send are not allocated.
+// backing array, their bytes one string, and the names gateways send are
+// not allocated: a fixed few allocations whatever the number of headers.
 func fastHeader(h *fasthttp.RequestHeader) http.Header {
+	size := 0
+	for _, v := range h.All() {
+		size += len(v)
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	for _, v := range h.All() {
+		sb.Write(v)
+	}
+	all := sb.String()
 	out := make(http.Header, h.Len())
 	values := make([]string, 0, h.Len())
 	for k, v := range h.All() {
+		value := all[:len(v)]
+		all = all[len(v):]
 		key, ok := commonHeaders[string(k)]
 		if !ok {
 			key = http.CanonicalHeaderKey(string(k))
@@ -151,10 +166,10 @@ func fastHeader(h *fasthttp.RequestHeader) http.Header {
 			continue
 		}
 		if prev, ok := out[key]; ok {
-			out[key] = append(prev, string(v)) // a repeated name: rare
+			out[key] = append(prev, value) // a repeated name: rare
 			continue
 		}
-		values = append(values, string(v))
+		values = append(values, value)
 		out[key] = values[len(values)-1 : len(values) : len(values)]
 	}
 	return out

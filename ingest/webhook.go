@@ -57,7 +57,7 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		ctx, span = s.startSpan(ctx)
 		defer func() { endSpan(span, a.status) }()
 	}
-	a = s.webhook(ctx, chi.URLParam(r, "source"), r.ContentLength, func(rt *route, buf *[]byte) ([]byte, error) {
+	a = s.webhook(ctx, s.routes[chi.URLParam(r, "source")], r.ContentLength, func(rt *route, buf *[]byte) ([]byte, error) {
 		return readBody(http.MaxBytesReader(w, r.Body, rt.src.MaxBodyBytes), r.ContentLength, rt.src.MaxBodyBytes, buf)
 	}, func() request {
 		return request{header: r.Header, query: r.URL.RawQuery, gone: func() bool { return r.Context().Err() != nil }}
@@ -80,19 +80,19 @@ type request struct {
 	gone   func() bool
 }
 
-// webhook handles one webhook to the source named name, announced with
-// contentLength (-1: unknown): it admits the request, reads its body with
+// webhook handles one webhook to rt's source (nil: a source nobody
+// configured), announced with contentLength (-1: unknown): it admits the
+// request, reads its body with
 // read (which must stop at the route's max_body_bytes with an
 // *http.MaxBytesError), then verifies, parses and produces it, and says
 // what to answer. req is called once reading the body is over.
-func (s *Server) webhook(ctx context.Context, name string, contentLength int64,
+func (s *Server) webhook(ctx context.Context, rt *route, contentLength int64,
 	read func(*route, *[]byte) ([]byte, error), req func() request,
 ) answer {
 	s.metrics.inFlight.Inc()
 	defer s.metrics.inFlight.Dec()
 
-	rt, ok := s.routes[name]
-	if !ok {
+	if rt == nil {
 		s.metrics.requests.WithLabelValues("unknown", outcomeUnknownSource).Inc()
 		return answer{status: http.StatusNotFound, body: answerUnknown}
 	}

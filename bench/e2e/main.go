@@ -118,6 +118,7 @@ type options struct {
 	partitions    int
 	baselineConns int
 	httpServer    string
+	ingestProcs   int
 	brokerPID     int
 	rate          float64
 	quick         bool
@@ -146,6 +147,7 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 6, "partitions of the raw and state topics")
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
 	flag.StringVar(&o.httpServer, "http-server", "", `paystream ingest's --http-server: "net/http" or "fasthttp" (default: ingest's own default)`)
+	flag.IntVar(&o.ingestProcs, "ingest-gomaxprocs", 0, "run paystream ingest with GOMAXPROCS set to this (0: Go's default, the machine's CPUs); the other processes keep the default")
 	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
 	flag.Float64Var(&o.rate, "rate", 0, "send at this fixed arrival rate, requests per second (0: as fast as each target answers)")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries and of -warmup")
@@ -193,6 +195,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.rounds < 1 {
 		return fmt.Errorf("-rounds %d: want at least 1", o.rounds)
+	}
+	if o.ingestProcs < 0 {
+		return fmt.Errorf("-ingest-gomaxprocs %d: want 0 (Go's default) or more", o.ingestProcs)
 	}
 	if o.httpServer != "" && o.httpServer != "fasthttp" && o.httpServer != "net/http" {
 		return fmt.Errorf(`-http-server %q: want "fasthttp" or "net/http"`, o.httpServer)
@@ -282,7 +287,7 @@ func run(ctx context.Context, o options) error {
 	}
 	rep := report{Kind: kind, Machine: machine, Workload: workloadInfo{
 		Deliveries: workload.Len(), Repeats: workload.Len() - payments*loadgen.LifecycleSteps, Payments: payments, Rounds: o.rounds,
-		BodyBytes: o.bodyBytes, Connections: o.concurrency, Client: o.client, IngestHTTPServer: ingestHTTPServer(o.httpServer), Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
+		BodyBytes: o.bodyBytes, Connections: o.concurrency, Client: o.client, IngestHTTPServer: ingestHTTPServer(o.httpServer), IngestGOMAXPROCS: o.ingestProcs, Partitions: o.partitions, BaselineConns: o.baselineConns, Rate: o.rate,
 	}, Paystream: mergeResults(pipes), Baseline: mergeResults(bases)}
 	if o.rounds > 1 {
 		rep.Rounds = rounds

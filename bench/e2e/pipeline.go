@@ -33,7 +33,15 @@ type proc struct {
 // start runs bin with args as a subprocess named name, its output on our
 // stderr.
 func start(name, bin string, args ...string) (*proc, error) {
+	return startEnv(name, nil, bin, args...)
+}
+
+// startEnv is start with env added to the subprocess's environment.
+func startEnv(name string, env []string, bin string, args ...string) (*proc, error) {
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
@@ -154,7 +162,11 @@ func (b *bench) setUpPipeline(ctx context.Context, suffix string) (*pipelineRun,
 	if b.httpServer != "" {
 		ingestArgs = append(ingestArgs, "--http-server", b.httpServer)
 	}
-	if r.ingest, err = start("ingest", b.binary, append(ingestArgs, common...)...); err != nil {
+	var ingestEnv []string
+	if b.ingestProcs > 0 {
+		ingestEnv = []string{"GOMAXPROCS=" + strconv.Itoa(b.ingestProcs)}
+	}
+	if r.ingest, err = startEnv("ingest", ingestEnv, b.binary, append(ingestArgs, common...)...); err != nil {
 		return r, err
 	}
 	if r.processorMetrics, err = freeAddr(); err != nil {

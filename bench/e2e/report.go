@@ -43,8 +43,10 @@ type workloadInfo struct {
 	Client string `json:"client"`
 	// IngestHTTPServer is paystream ingest's HTTP server.
 	IngestHTTPServer string `json:"ingest_http_server"`
-	Partitions       int    `json:"partitions"`
-	BaselineConns    int    `json:"baseline_pg_conns"`
+	// IngestGOMAXPROCS is ingest's GOMAXPROCS; 0 for Go's default.
+	IngestGOMAXPROCS int `json:"ingest_gomaxprocs,omitempty"`
+	Partitions       int `json:"partitions"`
+	BaselineConns    int `json:"baseline_pg_conns"`
 	// Rate is the fixed arrival rate, requests per second; 0 for as fast
 	// as each target answers.
 	Rate float64 `json:"rate,omitempty"`
@@ -84,9 +86,13 @@ func (rep *report) markdown() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "bench-e2e, %s — %s, commit %s, %d CPUs (%s), load average before %s\n\n",
 		rep.Kind, rep.Machine.Date, rep.Machine.Commit, rep.Machine.CPUs, rep.Machine.CPU, rep.Machine.LoadAvg)
+	ingestOn := rep.Workload.IngestHTTPServer
+	if n := rep.Workload.IngestGOMAXPROCS; n > 0 {
+		ingestOn += fmt.Sprintf(" with GOMAXPROCS=%d", n)
+	}
 	fmt.Fprintf(&sb, "%d deliveries (%d repeats), %d payments, ~%d B bodies, %d connections (%s client), ingest on %s, %d partitions, %s",
 		rep.Workload.Deliveries, rep.Workload.Repeats, rep.Workload.Payments, rep.Workload.BodyBytes, rep.Workload.Connections, rep.Workload.Client,
-		rep.Workload.IngestHTTPServer, rep.Workload.Partitions, rateText(rep.Workload.Rate))
+		ingestOn, rep.Workload.Partitions, rateText(rep.Workload.Rate))
 	if n := rep.Workload.Rounds; n > 1 {
 		fmt.Fprintf(&sb, "; %d rounds per design, alternated, and the table is over all of them", n)
 	}
