@@ -136,7 +136,11 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 
 	// Stop the frozen one at a moment it holds a batch transaction with
 	// row locks (a transaction ID): idle in transaction, as seen once it
-	// is stopped and its in-flight statements are done.
+	// is stopped and its in-flight statements are done, and still so, in
+	// the same transaction, a second later. (Seen once, it may be the
+	// instant before Postgres reads a COMMIT the processor sent just
+	// before it stopped: that transaction then commits, and the woken
+	// processor has nothing to fail.)
 	holding := func() (pid int, state string) {
 		err := db.Pool.QueryRow(context.Background(), `
 			SELECT COALESCE(max(pid) FILTER (WHERE state = 'idle in transaction' AND backend_xid IS NOT NULL), 0),
@@ -146,6 +150,22 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 			t.Fatal(err)
 		}
 		return pid, state
+	}
+	// stuck reports whether backend pid is still idle in the transaction
+	// it was in a second ago.
+	stuck := func(pid int) bool {
+		xidOf := func() (xid string) {
+			err := db.Pool.QueryRow(context.Background(), `
+				SELECT COALESCE(max(backend_xid::text) FILTER (WHERE state = 'idle in transaction'), '')
+				  FROM pg_stat_activity WHERE pid = $1`, pid).Scan(&xid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return xid
+		}
+		before := xidOf()
+		time.Sleep(time.Second)
+		return before != "" && xidOf() == before
 	}
 	var frozenPID int
 	var stoppedAt time.Time
@@ -163,6 +183,10 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 			frozenPID, state = holding()
 			return !strings.Contains(state, "active")
 		}, "the stopped processor's statements to finish")
+		if frozenPID != 0 && !stuck(frozenPID) {
+			t.Logf("attempt %d: backend %d's transaction ended while the processor was stopped (its COMMIT was on the way); again", attempt, frozenPID)
+			frozenPID = 0
+		}
 		if frozenPID == 0 {
 			if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
