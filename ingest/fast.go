@@ -80,7 +80,8 @@ func (s *Server) fastServer() *fasthttp.Server {
 var webhookPrefix = []byte("/webhooks/")
 
 // webhookSource returns the source name of a POST /webhooks/{source},
-// read from the path as sent. Anything else — another method or path, a
+// read from the path as sent (the request's own bytes, valid while it is
+// served). Anything else — another method or path, a
 // name with a slash or a percent escape, dot segments — is for net/http's
 // router, which answers it as it would on net/http.
 func webhookSource(c *fasthttp.RequestCtx) ([]byte, bool) {
