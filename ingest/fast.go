@@ -81,9 +81,9 @@ var webhookPrefix = []byte("/webhooks/")
 
 // webhookSource returns the source name of a POST /webhooks/{source},
 // read from the path as sent (the request's own bytes, valid while it is
-// served). Anything else — another method or path, a
-// name with a slash or a percent escape, dot segments — is for net/http's
-// router, which answers it as it would on net/http.
+// served). Anything else — another method or path, a name with a slash or
+// a percent escape, dot segments — is for net/http's router, which
+// answers it as it would on net/http.
 func webhookSource(c *fasthttp.RequestCtx) ([]byte, bool) {
 	if !c.IsPost() {
 		return nil, false
@@ -189,7 +189,8 @@ var commonHeaders = func() map[string]string {
 	}
 	m := make(map[string]string, len(names))
 	for _, n := range names {
-		m[http.CanonicalHeaderKey(n)] = http.CanonicalHeaderKey(n)
+		c := http.CanonicalHeaderKey(n)
+		m[c] = c
 	}
 	return m
 }()
