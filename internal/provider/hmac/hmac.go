@@ -50,7 +50,7 @@ type Driver struct {
 	prefix   string
 	base64   bool
 	idHeader string
-	secrets  [][]byte
+	secrets  []*provider.Key
 	account  string
 }
 
@@ -86,7 +86,7 @@ func New(cfg provider.Config) (provider.Driver, error) {
 		if s == "" {
 			return nil, fmt.Errorf("hmac: Secrets[%d]: empty", i)
 		}
-		d.secrets = append(d.secrets, []byte(s))
+		d.secrets = append(d.secrets, provider.NewKey(d.newHash, []byte(s)))
 	}
 	return d, nil
 }
@@ -118,9 +118,7 @@ func (d *Driver) Verify(r *provider.Request) error {
 		return provider.Unauthentic(provider.ReasonMalformedHeader, "signature not "+d.encoding())
 	}
 	for _, s := range d.secrets {
-		m := stdhmac.New(d.newHash, s)
-		m.Write(r.Body)
-		if stdhmac.Equal(m.Sum(nil), sig) {
+		if m := s.Sum(r.Body); m.Equal(sig) {
 			return nil
 		}
 	}

@@ -33,7 +33,7 @@ const DefaultTolerance = 5 * time.Minute
 
 // Driver verifies and parses Mercado Pago webhooks. Build it with New.
 type Driver struct {
-	secrets   [][]byte
+	secrets   []*provider.Key
 	tolerance time.Duration
 	account   string
 }
@@ -58,7 +58,7 @@ func New(cfg provider.Config) (provider.Driver, error) {
 		if s == "" {
 			return nil, fmt.Errorf("mercadopago: Secrets[%d]: empty", i)
 		}
-		d.secrets = append(d.secrets, []byte(s))
+		d.secrets = append(d.secrets, provider.NewKey(sha256.New, []byte(s)))
 	}
 	return d, nil
 }
@@ -101,9 +101,9 @@ func (d *Driver) Verify(r *provider.Request) error {
 	manifest := Manifest(r.Query.Get(QueryDataID), r.Header.Get(HeaderRequestID), ts)
 	ok := false
 	for _, s := range d.secrets {
-		want := mac(s, manifest)
+		want := s.Sum(nil, manifest)
 		for _, sig := range sigs {
-			if hmac.Equal(want, sig) {
+			if want.Equal(sig) {
 				ok = true
 			}
 		}

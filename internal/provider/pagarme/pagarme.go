@@ -21,7 +21,7 @@ const HeaderSignature = "X-Hub-Signature"
 
 // Driver verifies and parses Pagar.me webhooks. Build it with New.
 type Driver struct {
-	secrets [][]byte
+	secrets []*provider.Key
 	account string
 }
 
@@ -39,7 +39,7 @@ func New(cfg provider.Config) (provider.Driver, error) {
 		if s == "" {
 			return nil, fmt.Errorf("pagarme: Secrets[%d]: empty", i)
 		}
-		d.secrets = append(d.secrets, []byte(s))
+		d.secrets = append(d.secrets, provider.NewKey(sha1.New, []byte(s)))
 	}
 	return d, nil
 }
@@ -60,7 +60,7 @@ func (d *Driver) Verify(r *provider.Request) error {
 		return provider.Unauthentic(provider.ReasonMalformedHeader, "signature not 40 hex digits")
 	}
 	for _, s := range d.secrets {
-		if hmac.Equal(mac(s, r.Body), sig) {
+		if m := s.Sum(r.Body); m.Equal(sig) {
 			return nil
 		}
 	}

@@ -30,7 +30,7 @@ const maxSignatures = 16
 
 // Driver verifies and parses Stripe webhooks. Build it with New.
 type Driver struct {
-	secrets   [][]byte
+	secrets   []*provider.Key
 	tolerance time.Duration
 	account   string
 }
@@ -58,7 +58,7 @@ func New(cfg provider.Config) (provider.Driver, error) {
 		if !strings.HasPrefix(s, "whsec_") {
 			return nil, fmt.Errorf("stripe: Secrets[%d]: an endpoint signing secret starts with whsec_ (is this an API key?)", i)
 		}
-		d.secrets = append(d.secrets, []byte(s))
+		d.secrets = append(d.secrets, provider.NewKey(sha256.New, []byte(s)))
 	}
 	return d, nil
 }
@@ -102,9 +102,9 @@ func (d *Driver) Verify(r *provider.Request) error {
 	}
 	ok := false
 	for _, secret := range d.secrets {
-		want := mac(secret, ts, r.Body)
+		want := secret.Sum(r.Body, ts, ".")
 		for _, sig := range sigs {
-			if hmac.Equal(want, sig) {
+			if want.Equal(sig) {
 				ok = true
 			}
 		}
