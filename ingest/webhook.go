@@ -260,18 +260,20 @@ func retryAfterSeconds(d time.Duration) int {
 }
 
 // pending is one record on its way to the broker: the record, its key and
-// value bytes, and the promise that reports the acknowledgement. It is
-// reused once the promise has run, never before (the client holds the
-// record until then).
+// value bytes, the promise that reports the acknowledgement and the timer
+// that bounds the wait for it. It is reused once the promise has run, never
+// before (the client holds the record until then).
 type pending struct {
 	rec     kgo.Record
 	buf     []byte
 	done    chan error
 	promise func(*kgo.Record, error)
+	timer   *time.Timer // stopped while pooled; Reset never sees a stale tick (Go ≥ 1.23 timers)
 }
 
 var pendingPool = sync.Pool{New: func() any {
-	p := &pending{done: make(chan error, 1), buf: make([]byte, 0, 4096)}
+	p := &pending{done: make(chan error, 1), buf: make([]byte, 0, 4096), timer: time.NewTimer(time.Hour)}
+	p.timer.Stop()
 	p.promise = func(_ *kgo.Record, err error) { p.done <- err }
 	return p
 }}
@@ -297,14 +299,15 @@ func putPending(p *pending) {
 func (s *Server) produce(p *pending) error {
 	start := time.Now()
 	s.kafka.TryProduce(context.Background(), &p.rec, p.promise)
-	timer := time.NewTimer(s.cfg.ProduceTimeout)
-	defer timer.Stop()
+	p.timer.Reset(s.cfg.ProduceTimeout)
 	select {
 	case err := <-p.done:
+		p.timer.Stop()
 		s.metrics.produceSeconds.Observe(time.Since(start).Seconds())
 		putPending(p)
 		return err
-	case <-timer.C:
+	case <-p.timer.C:
+		// p stays with the client, which still holds p.rec: not pooled.
 		return fmt.Errorf("broker did not acknowledge within %s", s.cfg.ProduceTimeout)
 	}
 }
