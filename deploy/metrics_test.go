@@ -148,7 +148,7 @@ func uses(t *testing.T, qs []query) []use {
 			}
 			u := use{where: q.where, metric: vs.Name}
 			for _, m := range vs.LabelMatchers {
-				if m.Name == labels.MetricName {
+				if m.Name == model.MetricNameLabel {
 					if u.metric == "" && m.Type == labels.MatchEqual {
 						u.metric = m.Value
 					}

@@ -90,7 +90,7 @@ func webhookSource(c *fasthttp.RequestCtx) ([]byte, bool) {
 	}
 	path := c.URI().PathOriginal()
 	name, ok := bytes.CutPrefix(path, webhookPrefix)
-	if !ok || len(name) == 0 || bytes.IndexAny(name, "/%?#") >= 0 || bytes.Equal(name, []byte(".")) || bytes.Equal(name, []byte("..")) {
+	if !ok || len(name) == 0 || bytes.ContainsAny(name, "/%?#") || bytes.Equal(name, []byte(".")) || bytes.Equal(name, []byte("..")) {
 		return nil, false
 	}
 	return name, true

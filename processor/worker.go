@@ -144,11 +144,6 @@ func (w *Worker) take(n int) []*kgo.Record {
 	return out
 }
 
-func (w *Worker) queued() int {
-	n, _ := w.head()
-	return n
-}
-
 // head returns how many records are queued and when the oldest of them
 // arrived (zero when none is).
 func (w *Worker) head() (n int, oldest time.Time) {

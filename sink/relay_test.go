@@ -142,7 +142,7 @@ func emitFormat(ctx context.Context, pool *pgxpool.Pool, events []statelog.Event
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	if format == 1 {
 		frames, err := statelog.EncodeAll(events)
 		if err != nil {

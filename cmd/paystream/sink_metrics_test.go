@@ -150,7 +150,7 @@ func emitStateEvent(t *testing.T, db *testenv.DB, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer tx.Rollback(context.Background())
+	defer func() { _ = tx.Rollback(context.Background()) }()
 	if _, err := tx.Exec(t.Context(), statelog.EmitSQL, frames); err != nil {
 		t.Fatal(err)
 	}

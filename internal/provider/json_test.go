@@ -177,7 +177,7 @@ type planned struct {
 	Plain string
 	Dash  string `json:"a-b.c"`
 	Skip  string `json:"-"`
-	skip  string
+	skip  string //nolint:unused // never decoded into: the decoder leaves unexported fields alone
 }
 
 type plannedSub struct {

@@ -195,7 +195,7 @@ func TestDelay(t *testing.T) {
 func TestCloseWithSlowRequestInFlight(t *testing.T) {
 	t.Parallel()
 	var wg sync.WaitGroup
-	var answered error = errors.New("no answer yet")
+	answered := errors.New("no answer yet")
 	t.Run("inner", func(t *testing.T) {
 		gw := gatewaytest.New(t)
 		gw.Delay(time.Hour)
