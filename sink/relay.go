@@ -62,6 +62,12 @@ type Config struct {
 	// the slot over fences the producer of the one before with it.
 	// Defaults to "paystream-sink-" followed by Slot.
 	TransactionalID string
+	// Deployment names the deployment in the relay's Kafka identity (its
+	// transactional id and checkpoint key), beside the database's: set it
+	// when two environments share a Kafka cluster and their databases may
+	// share a Postgres system identifier (one cloned from the other's
+	// backup). Defaults to none.
+	Deployment string
 	// MaxBatchEvents caps the state events of one Kafka transaction; a
 	// Postgres transaction is never split, so one with more events goes
 	// alone. Defaults to 5000.

@@ -271,6 +271,7 @@ type checkpointFlags struct {
 type sinkFlags struct {
 	HeartbeatInterval time.Duration `help:"How often the active relay writes a small heartbeat message into the WAL, so the slot's position moves (and Postgres recycles WAL) on a quiet database; it also refreshes paystream_sink_slot_lag_bytes." default:"10s" env:"PAYSTREAM_SINK_HEARTBEAT_INTERVAL"`
 	StandbyRetry      time.Duration `help:"How often a standby replica tries to take the replication slot: the longest it waits after the active relay is gone." default:"1s" env:"PAYSTREAM_SINK_STANDBY_RETRY"`
+	Deployment        string        `help:"Name of this deployment, part of the relay's Kafka transactional id and checkpoint key. Set it when two environments share a Kafka cluster and their databases may share a Postgres system identifier (a database cloned from another's backup)." env:"PAYSTREAM_DEPLOYMENT" placeholder:"NAME"`
 }
 
 type sinkCmd struct {
@@ -320,6 +321,7 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 		CheckpointTopic:   c.CheckpointTopic,
 		HeartbeatInterval: c.HeartbeatInterval,
 		StandbyRetry:      c.StandbyRetry,
+		Deployment:        c.Deployment,
 		Logger:            e.log.With("component", "sink"),
 		Registerer:        e.reg,
 		KafkaClientOpts:   sinkKafkaMetrics(e.reg),
