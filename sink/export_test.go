@@ -1,6 +1,10 @@
 package sink
 
-import "github.com/jackc/pglogrepl"
+import (
+	"time"
+
+	"github.com/jackc/pglogrepl"
+)
 
 // SetAfterCommitHook makes r call hook after each Kafka commit, before it
 // confirms the slot; an error from hook ends the relay's session there, as
@@ -16,3 +20,7 @@ func SetAfterCommitHook(r *Relay, hook func(lsn uint64) error) {
 func SetMidPublishHook(r *Relay, hook func(produced int) error) {
 	r.midPublish = hook
 }
+
+// SetLostSlotRetry sets how often r checks whether a lost slot was
+// recreated (10 s by default).
+func SetLostSlotRetry(r *Relay, d time.Duration) { r.lostRetry = d }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/paystream/paystream/internal/devpg"
 	"github.com/paystream/paystream/internal/testenv"
-	"github.com/paystream/paystream/sink"
 )
 
 // logicalSettings are the server settings the relay's tests need; the
@@ -39,7 +38,7 @@ func logicalDB(t *testing.T) *testenv.DB {
 	} else {
 		db = schemaDB(t, privateCluster(t, "logical", logicalSettings))
 	}
-	t.Cleanup(func() { dropSlot(t, db.Pool, sink.SlotName(db.Schema)) })
+	t.Cleanup(func() { dropSlot(t, db.Pool, slotOf(db)) })
 	return db
 }
 

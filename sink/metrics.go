@@ -16,6 +16,7 @@ type metrics struct {
 	aborted    prometheus.Counter
 	errors     prometheus.Counter
 	active     prometheus.Gauge
+	slotLost   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -53,8 +54,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "paystream_sink_active",
 			Help: "1 while this relay holds the replication slot, 0 while it is a standby.",
 		}),
+		slotLost: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_sink_slot_lost",
+			Help: "1 while the relay's replication slot is lost (a Postgres failover or restore, or invalidated) and the relay waits for `paystream republish`; state events are not relayed meanwhile.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.lagBytes, m.lagSeconds, m.published, m.skipped, m.txnSeconds, m.aborted, m.errors, m.active} {
+	for _, c := range []prometheus.Collector{m.lagBytes, m.lagSeconds, m.published, m.skipped, m.txnSeconds, m.aborted, m.errors, m.active, m.slotLost} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register sink metrics: %w", err)
 		}

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -51,16 +52,18 @@ type Config struct {
 	Brokers []string
 	// Topic is the normalized topic. Defaults to paystream.payments.state.v1.
 	Topic string
-	// CheckpointTopic holds, per slot, the WAL position the committed
+	// CheckpointTopic holds, per relay identity, the WAL position the committed
 	// Kafka transactions reached. Run creates it (compacted, one
 	// partition) when missing. Defaults to DefaultCheckpointTopic.
 	CheckpointTopic string
 	// Slot is the logical replication slot, and publication, the relay
-	// reads. Defaults to SlotName of the pool's current schema.
+	// reads. Defaults to SlotName of the pool's current database and
+	// schema, or the slot an earlier relay of this database named after the
+	// schema alone, if there is one.
 	Slot string
 	// TransactionalID is the Kafka transactional id; a relay that takes
 	// the slot over fences the producer of the one before with it.
-	// Defaults to "paystream-sink-" followed by Slot.
+	// Defaults to the relay's Identity.TransactionalID.
 	TransactionalID string
 	// Deployment names the deployment in the relay's Kafka identity (its
 	// transactional id and checkpoint key), beside the database's: set it
@@ -122,8 +125,19 @@ type Relay struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *metrics
+	// id is the relay's identity, set up by setup.
+	id Identity
 	// prefix is the state messages' prefix: the pool's current schema's.
 	prefix string
+	// keys are the checkpoint keys read at takeover: the identity's, and
+	// the slot's when an earlier relay of this database keyed its
+	// checkpoints by its slot. legacyTxnID, set in that case, is that
+	// relay's transactional id, fenced at takeover too.
+	keys        []string
+	legacyTxnID string
+	// lostRetry is how often a relay whose slot is lost checks whether a
+	// republish has recreated it.
+	lostRetry time.Duration
 
 	// afterCommit, when set (by tests), runs after each Kafka commit,
 	// before the slot is confirmed; an error ends the session there.
@@ -187,7 +201,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m}, nil
+	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m, lostRetry: 10 * time.Second}, nil
 }
 
 // The roles of a Relay's Kafka clients, as Config.KafkaClientOpts names them.
@@ -217,10 +231,32 @@ func (r *Relay) kafkaOpts(client string, extra ...kgo.Opt) []kgo.Opt {
 // errSlotBusy says another relay streams the slot: this one is a standby.
 var errSlotBusy = errors.New("replication slot is active in another relay")
 
-// Run relays until ctx is canceled, and then returns nil. It returns an
-// error wrapping ErrWALLevel at once when the server cannot do logical
-// decoding; other failures (database, broker, a lost slot) it logs and
-// retries, starting over from the Kafka checkpoint.
+// IdentityCollisionError says another relay uses this relay's
+// transactional id while this one holds the slot: two deployments share
+// one identity, which would mix their checkpoints.
+type IdentityCollisionError struct {
+	TransactionalID string
+	Slot            string
+	Err             error
+}
+
+func (e *IdentityCollisionError) Error() string {
+	return fmt.Sprintf("another relay fenced transactional id %q while this relay holds slot %s: "+
+		"two deployments share one identity (a database cloned from another's backup, on one Kafka cluster?); "+
+		"give each its own --deployment: %v", e.TransactionalID, e.Slot, e.Err)
+}
+
+func (e *IdentityCollisionError) Unwrap() error { return e.Err }
+
+// Run relays until ctx is canceled, and then returns nil. It returns at
+// once an error wrapping ErrWALLevel when the server cannot do logical
+// decoding, a *SlotCollisionError when the slot's name belongs to
+// another database, and an *IdentityCollisionError when another
+// deployment's relay uses its identity. While the slot is lost (see
+// ErrSlotLost) it relays nothing, reports paystream_sink_slot_lost 1 and
+// checks every 10 s whether `paystream republish` recreated it. Other
+// failures (database, broker) it logs and retries, starting over from the
+// Kafka checkpoint.
 func (r *Relay) Run(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	ready := false // set up; standbys retrying the slot need not redo it
@@ -231,13 +267,21 @@ func (r *Relay) Run(ctx context.Context) error {
 			ready = err == nil
 		}
 		if ready {
+			r.metrics.slotLost.Set(0)
 			err = r.lead(ctx)
 		}
+		var slotCollision *SlotCollisionError
+		var idCollision *IdentityCollisionError
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrWALLevel):
+		case errors.Is(err, ErrWALLevel), errors.As(err, &slotCollision), errors.As(err, &idCollision):
 			return err
+		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrRepublishUnfinished):
+			r.metrics.slotLost.Set(1)
+			r.log.Error("relaying nothing until the slot is recreated", "error", err, "retry", r.lostRetry)
+			sleep(ctx, r.lostRetry)
+			continue
 		case errors.Is(err, errSlotBusy):
 			r.log.Debug("slot busy, standing by", "slot", r.cfg.Slot)
 			backoff = 100 * time.Millisecond
@@ -255,26 +299,33 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// setup checks the server, names the slot and transactional id, and
-// creates what is missing: the slot, its publication and the checkpoint
-// topic.
+// setup checks the server, finds the relay's identity, slot and
+// transactional id, and creates what is missing: the slot, its
+// publication and the checkpoint topic. A lost slot it does not create
+// (ErrSlotLost).
 func (r *Relay) setup(ctx context.Context) error {
 	if err := CheckWALLevel(ctx, r.pool); err != nil {
 		return err
 	}
-	var schema string
-	if err := r.pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return fmt.Errorf("read current schema: %w", err)
+	id, err := Identify(ctx, r.pool, r.cfg.Deployment)
+	if err != nil {
+		return err
 	}
-	r.prefix = statelog.Prefix(schema)
-	if r.cfg.Slot == "" {
-		r.cfg.Slot = SlotName(schema)
+	r.id = id
+	r.prefix = statelog.Prefix(id.Schema)
+	slot, err := setupSlot(ctx, r.pool, r.log, r.cfg.Slot, id.Database, id.Schema)
+	if err != nil {
+		return err
+	}
+	r.cfg.Slot = slot
+	r.keys = []string{id.Key()}
+	if slot == legacySlotName(id.Schema) {
+		// An earlier relay's slot, checkpoints and transactional id.
+		r.keys = append(r.keys, slot)
+		r.legacyTxnID = "paystream-sink-" + slot
 	}
 	if r.cfg.TransactionalID == "" {
-		r.cfg.TransactionalID = "paystream-sink-" + r.cfg.Slot
-	}
-	if err := createSlot(ctx, r.pool, r.cfg.Slot); err != nil {
-		return err
+		r.cfg.TransactionalID = id.TransactionalID()
 	}
 	cl, err := kgo.NewClient(r.kafkaOpts(ClientAdmin)...)
 	if err != nil {
@@ -296,6 +347,10 @@ func (r *Relay) lead(ctx context.Context) error {
 	sys, err := pglogrepl.IdentifySystem(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("identify system: %w", err)
+	}
+	hist, err := readHistory(ctx, conn, sys)
+	if err != nil {
+		return err
 	}
 	// The slot is exclusive: taking it is taking the leadership.
 	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
@@ -331,20 +386,20 @@ func (r *Relay) lead(ctx context.Context) error {
 	if _, _, err := cl.ProducerID(ctx); err != nil {
 		return fmt.Errorf("fence previous relay (init producer id): %w", err)
 	}
-	ckpt, err := readCheckpoint(ctx, r.kafkaOpts, r.cfg.CheckpointTopic, r.cfg.Slot)
+	if r.legacyTxnID != "" {
+		if err := fence(ctx, r.kafkaOpts, r.legacyTxnID); err != nil {
+			return err
+		}
+	}
+	ckpt, err := readCheckpoint(ctx, r.log, r.kafkaOpts, r.cfg.CheckpointTopic, r.keys, hist)
 	if err != nil {
 		return err
-	}
-	if ckpt.LSN != 0 && (ckpt.SystemID != sys.SystemID || ckpt.Timeline != sys.Timeline) {
-		r.log.Warn("ignoring the checkpoint of another WAL history (database restored or replaced)",
-			"slot", r.cfg.Slot, "checkpoint_lsn", ckpt.LSN, "checkpoint_system_id", ckpt.SystemID,
-			"checkpoint_timeline", ckpt.Timeline, "system_id", sys.SystemID, "timeline", sys.Timeline)
-		ckpt = checkpoint{}
 	}
 
 	r.metrics.active.Set(1)
 	defer r.metrics.active.Set(0)
-	r.log.Info("slot relay active", "slot", r.cfg.Slot, "checkpoint_lsn", ckpt.LSN)
+	r.log.Info("slot relay active", "slot", r.cfg.Slot, "identity", r.id.Key(), "timeline", sys.Timeline,
+		"checkpoint_lsn", ckpt.LSN, "checkpoint_timeline", ckpt.Timeline)
 
 	hbCtx, stopHeartbeat := context.WithCancel(ctx)
 	var hb sync.WaitGroup
@@ -358,6 +413,20 @@ func (r *Relay) lead(ctx context.Context) error {
 		return err
 	}
 	return s.run(ctx)
+}
+
+// fence bumps the epoch of transactional id txnID: a transaction its
+// producer left open is aborted, and the producer can commit nothing more.
+func fence(ctx context.Context, opts func(client string, extra ...kgo.Opt) []kgo.Opt, txnID string) error {
+	cl, err := kgo.NewClient(opts(ClientAdmin, kgo.TransactionalID(txnID))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		return fmt.Errorf("fence transactional id %q (init producer id): %w", txnID, err)
+	}
+	return nil
 }
 
 // heartbeat emits a heartbeat message and measures the slot's lag every
@@ -569,8 +638,8 @@ func (s *session) decoded(ctx context.Context, m pglogrepl.Message) error {
 // the last of them in one Kafka transaction and, once it committed,
 // confirms the slot up to there.
 func (s *session) publish(ctx context.Context) error {
-	ckpt := checkpoint{LSN: s.pendingEnd, SystemID: s.systemID, Timeline: s.timeline}
-	ckptRec, err := checkpointRecord(s.r.cfg.CheckpointTopic, s.r.cfg.Slot, ckpt)
+	ckpt := checkpoint{LSN: s.pendingEnd, SystemID: s.systemID, Timeline: s.timeline, CommitTime: s.pendingTime}
+	ckptRec, err := checkpointRecord(s.r.cfg.CheckpointTopic, s.r.id.Key(), ckpt)
 	if err != nil {
 		return err
 	}
@@ -610,11 +679,11 @@ func (s *session) publish(ctx context.Context) error {
 	mu.Unlock()
 	if err != nil {
 		s.abort(tctx)
-		return fmt.Errorf("produce state events: %w", err)
+		return s.fenced(ctx, fmt.Errorf("produce state events: %w", err))
 	}
 	if err := s.cl.EndTransaction(tctx, kgo.TryCommit); err != nil {
 		s.abort(tctx)
-		return fmt.Errorf("commit kafka transaction: %w", err)
+		return s.fenced(ctx, fmt.Errorf("commit kafka transaction: %w", err))
 	}
 	s.r.metrics.txnSeconds.Observe(time.Since(start).Seconds())
 	s.r.metrics.published.Add(float64(len(s.pending)))
@@ -628,6 +697,24 @@ func (s *session) publish(ctx context.Context) error {
 	clear(s.pending)
 	s.pending = s.pending[:0]
 	return s.confirm(end, at)
+}
+
+// fenced returns err, or an *IdentityCollisionError when err says the
+// producer was fenced while this session still holds the slot: no relay of
+// this deployment can have taken over (taking over starts with the slot),
+// so another deployment uses the same transactional id.
+func (s *session) fenced(ctx context.Context, err error) error {
+	if !errors.Is(err, kerr.ProducerFenced) && !errors.Is(err, kerr.InvalidProducerEpoch) {
+		return err
+	}
+	var active *uint32
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if qerr := s.r.pool.QueryRow(qctx, `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1`,
+		s.r.cfg.Slot).Scan(&active); qerr != nil || active == nil || *active != s.conn.PID() {
+		return err // the slot is someone else's now, or unknown: a takeover
+	}
+	return &IdentityCollisionError{TransactionalID: s.r.cfg.TransactionalID, Slot: s.r.cfg.Slot, Err: err}
 }
 
 // abort ends the open Kafka transaction without committing it. The

@@ -47,7 +47,16 @@ func setup(t *testing.T, partitions int) *bundle {
 	}
 }
 
-func (b *bundle) slot() string { return sink.SlotName(b.db.Schema) }
+func (b *bundle) slot() string { return slotOf(b.db) }
+
+// slotOf is the relay's slot name on db's database and schema.
+func slotOf(db *testenv.DB) string {
+	var database string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT current_database()`).Scan(&database); err != nil {
+		panic(err)
+	}
+	return sink.SlotName(database, db.Schema)
+}
 
 // runningRelay is a Relay running in the test process.
 type runningRelay struct {

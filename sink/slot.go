@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"strings"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -35,30 +34,6 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// SlotName returns the logical replication slot, and publication, of the
-// relay of schema: "paystream_" and the schema, lowercased, anything but
-// letters, digits and '_' replaced by '_'. A name longer than Postgres's
-// 63 bytes is cut and ends with a hash of the whole, so two long schemas
-// do not share a slot.
-func SlotName(schema string) string {
-	var b strings.Builder
-	b.WriteString("paystream_")
-	for _, r := range strings.ToLower(schema) {
-		if r == '_' || (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
-			b.WriteRune(r)
-		} else {
-			b.WriteByte('_')
-		}
-	}
-	name := b.String()
-	if len(name) <= maxIdentifier {
-		return name
-	}
-	h := fnv.New32a()
-	h.Write([]byte(schema))
-	return fmt.Sprintf("%s_%08x", name[:maxIdentifier-9], h.Sum32())
-}
-
 // CheckWALLevel returns ErrWALLevel when the server's wal_level is not
 // logical or it allows no replication slot or WAL sender. migrate calls it
 // so that an installation learns it before the processor writes a message
@@ -78,39 +53,186 @@ func CheckWALLevel(ctx context.Context, q querier) error {
 	return nil
 }
 
-// SetupSlot checks the wal_level and creates, when missing, the
-// publication and logical replication slot of the relay of the
-// connection's current schema (see SlotName), and returns the slot's name.
+// ErrSlotLost is what SetupSlot returns, and what keeps Relay.Run from
+// relaying, when the relay's replication slot is gone but its publication,
+// created with it, is still in the database: the slot was lost in a
+// Postgres failover (a standby has no logical slots before Postgres 17) or
+// a restore, or invalidated past max_slot_wal_keep_size. State events
+// committed after the relay's last checkpoint may then never have reached
+// the state topic, so nothing creates a new slot silently: `paystream
+// republish` (Republish) publishes them again from payment_transitions and
+// creates the slot.
+var ErrSlotLost = errors.New("the relay's replication slot is lost (Postgres failover or restore, or invalidated past max_slot_wal_keep_size): " +
+	"state events committed after the relay's last checkpoint may be missing from the state topic; " +
+	"run `paystream republish` to publish them again and recreate the slot (docs/operations.md, \"Postgres failover\")")
+
+// ErrRepublishUnfinished is returned instead of ErrSlotLost when a
+// `paystream republish` started and did not finish.
+var ErrRepublishUnfinished = errors.New("a `paystream republish` of this database started and did not finish: run it again")
+
+// SlotCollisionError says the slot a relay would use belongs to someone
+// else: a relay refuses to start rather than share it.
+type SlotCollisionError struct {
+	Slot string
+	// Owner says who holds the slot; Relay, whose relay would share it.
+	Owner, Relay string
+}
+
+func (e *SlotCollisionError) Error() string {
+	return fmt.Sprintf("replication slot %s belongs to %s, and this relay's (%s) would share it: "+
+		"two deployments must not share a slot; drop or rename what holds it", e.Slot, e.Owner, e.Relay)
+}
+
+// republishMarker is the comment on the slot's publication while a
+// republish runs (see Republish).
+const republishMarker = "paystream: republish in progress"
+
+// slotState is what resolveSlot found of a relay's slot.
+type slotState int
+
+const (
+	slotNew          slotState = iota // neither slot nor publication: create both
+	slotReady                         // the slot is there, in this database
+	slotLost                          // the publication is there, the slot is not (or is invalidated)
+	slotRepublishing                  // a republish started and did not finish
+)
+
+// slotInfo is what the catalogs say of one slot name in this database.
+type slotInfo struct {
+	exists    bool
+	database  string // the slot's; empty for a physical slot
+	kind      string // slot_type and plugin, "logical pgoutput" for ours
+	walStatus string
+	pub       bool   // the publication of that name exists in this database
+	comment   string // the publication's comment
+}
+
+func lookUpSlot(ctx context.Context, q querier, name string) (slotInfo, error) {
+	var s slotInfo
+	err := q.QueryRow(ctx, `
+		SELECT coalesce(database, ''), slot_type || ' ' || coalesce(plugin, ''), coalesce(wal_status, '')
+		  FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&s.database, &s.kind, &s.walStatus)
+	switch {
+	case err == nil:
+		s.exists = true
+	case !errors.Is(err, pgx.ErrNoRows):
+		return s, fmt.Errorf("look up replication slot %s: %w", name, err)
+	}
+	err = q.QueryRow(ctx, `SELECT coalesce(obj_description(oid, 'pg_publication'), '') FROM pg_publication WHERE pubname = $1`, name).Scan(&s.comment)
+	switch {
+	case err == nil:
+		s.pub = true
+	case !errors.Is(err, pgx.ErrNoRows):
+		return s, fmt.Errorf("look up publication %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// state classifies s, the slot named name, for the relay of schema in
+// database.
+func (s slotInfo) state(name, database, schema string) (slotState, error) {
+	relay := fmt.Sprintf("database %q schema %q", database, schema)
+	switch {
+	case s.exists && s.database != database && s.database != "":
+		return 0, &SlotCollisionError{Slot: name, Owner: fmt.Sprintf("database %q", s.database), Relay: relay}
+	case s.exists && s.kind != "logical pgoutput":
+		return 0, &SlotCollisionError{Slot: name, Owner: "a " + s.kind + " slot, not paystream's", Relay: relay}
+	case s.comment == republishMarker:
+		return slotRepublishing, nil
+	case !s.exists && s.pub, s.walStatus == "lost":
+		return slotLost, nil
+	case s.exists:
+		return slotReady, nil
+	}
+	return slotNew, nil
+}
+
+// resolveSlot finds the slot of the relay of schema in database: named by
+// SlotName, or by legacySlotName when this database holds a slot of that
+// older name (or its publication, the slot lost), so that an installation
+// keeps its slot across the upgrade. name, when set (Config.Slot), is used
+// as it is.
+func resolveSlot(ctx context.Context, q querier, log *slog.Logger, name, database, schema string) (string, slotState, error) {
+	if name == "" {
+		name = SlotName(database, schema)
+		s, err := lookUpSlot(ctx, q, name)
+		if err != nil {
+			return "", 0, err
+		}
+		if !s.exists && !s.pub {
+			legacy := legacySlotName(schema)
+			l, err := lookUpSlot(ctx, q, legacy)
+			if err != nil {
+				return "", 0, err
+			}
+			switch {
+			case l.exists && l.database == database, !l.exists && l.pub:
+				st, err := l.state(legacy, database, schema)
+				return legacy, st, err
+			case l.exists && l.pub:
+				// The bug of the schema-named slot: another database took
+				// it, and this one's state events were never relayed.
+				log.Warn("this database has the publication of an earlier relay whose slot belongs to another database: "+
+					"its state events were never relayed; see docs/operations.md, \"Two deployments on one cluster\"",
+					"publication", legacy, "slot_database", l.database, "database", database, "schema", schema)
+			}
+			return name, slotNew, nil
+		}
+		st, err := s.state(name, database, schema)
+		return name, st, err
+	}
+	s, err := lookUpSlot(ctx, q, name)
+	if err != nil {
+		return "", 0, err
+	}
+	st, err := s.state(name, database, schema)
+	return name, st, err
+}
+
+// SetupSlot checks the wal_level and creates, when missing, the logical
+// replication slot and publication of the relay of the connection's
+// current database and schema (see SlotName), and returns the slot's name.
 // The slot keeps every state message committed after it exists, so the
 // processor's messages are safe from the first one once migrate has called
-// this; Relay.Run calls it too. It needs the REPLICATION attribute (or
-// superuser) and CREATE on the database.
+// this; Relay.Run calls it too. A lost slot is not created again: it
+// returns an error wrapping ErrSlotLost (or ErrRepublishUnfinished), and
+// a *SlotCollisionError when the slot's name belongs to another database.
+// It needs the REPLICATION attribute (or superuser) and CREATE on the
+// database.
 func SetupSlot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	if err := CheckWALLevel(ctx, pool); err != nil {
 		return "", err
 	}
-	var schema string
-	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
-		return "", fmt.Errorf("read current schema: %w", err)
+	var database, schema string
+	if err := pool.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {
+		return "", fmt.Errorf("read current database and schema: %w", err)
 	}
-	slot := SlotName(schema)
-	return slot, createSlot(ctx, pool, slot)
+	return setupSlot(ctx, pool, slog.Default(), "", database, schema)
 }
 
-// createSlot creates the publication and the slot named slot unless they
-// exist. The publication is empty: the relay reads only logical decoding
-// messages, which pgoutput sends whatever the publication holds.
+// setupSlot resolves the slot (see resolveSlot) and creates what is
+// missing of a new or ready one.
+func setupSlot(ctx context.Context, q querier, log *slog.Logger, name, database, schema string) (string, error) {
+	slot, state, err := resolveSlot(ctx, q, log, name, database, schema)
+	if err != nil {
+		return "", err
+	}
+	switch state {
+	case slotLost:
+		return slot, fmt.Errorf("slot %s of database %q schema %q: %w", slot, database, schema, ErrSlotLost)
+	case slotRepublishing:
+		return slot, fmt.Errorf("slot %s of database %q schema %q: %w", slot, database, schema, ErrRepublishUnfinished)
+	}
+	return slot, createSlot(ctx, q, slot)
+}
+
+// createSlot creates the slot named slot and then its publication, unless
+// they exist. The slot comes first: a publication without its slot means
+// the slot was lost (see ErrSlotLost). The publication is empty: the relay
+// reads only logical decoding messages, which pgoutput sends whatever the
+// publication holds.
 func createSlot(ctx context.Context, q querier, slot string) error {
 	var exists bool
-	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, slot).Scan(&exists); err != nil {
-		return fmt.Errorf("look up publication %s: %w", slot, err)
-	}
-	if !exists {
-		_, err := q.Exec(ctx, "CREATE PUBLICATION "+pgx.Identifier{slot}.Sanitize())
-		if err != nil && !isSQLState(err, sqlstateDuplicateObject) {
-			return fmt.Errorf("create publication %s: %w", slot, err)
-		}
-	}
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists); err != nil {
 		return fmt.Errorf("look up replication slot %s: %w", slot, err)
 	}
@@ -121,6 +243,22 @@ func createSlot(ctx context.Context, q querier, slot string) error {
 			return fmt.Errorf("create replication slot %s (grant the role REPLICATION: ALTER ROLE name REPLICATION): %w", slot, err)
 		case err != nil && !isSQLState(err, sqlstateDuplicateObject):
 			return fmt.Errorf("create replication slot %s: %w", slot, err)
+		}
+	}
+	return createPublication(ctx, q, slot)
+}
+
+// createPublication creates the (empty) publication named slot unless it
+// exists.
+func createPublication(ctx context.Context, q querier, slot string) error {
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`, slot).Scan(&exists); err != nil {
+		return fmt.Errorf("look up publication %s: %w", slot, err)
+	}
+	if !exists {
+		_, err := q.Exec(ctx, "CREATE PUBLICATION "+pgx.Identifier{slot}.Sanitize())
+		if err != nil && !isSQLState(err, sqlstateDuplicateObject) {
+			return fmt.Errorf("create publication %s: %w", slot, err)
 		}
 	}
 	return nil
@@ -137,4 +275,16 @@ func replicationConfig(pool *pgxpool.Pool) *pgconn.Config {
 func isSQLState(err error, code string) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == code
+}
+
+// Slot returns the name of the replication slot, and publication, of the
+// relay of pool's current database and schema, as the relay resolves it
+// (see SlotName), whether it exists or not.
+func Slot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
+	var database, schema string
+	if err := pool.QueryRow(ctx, `SELECT current_database(), current_schema()`).Scan(&database, &schema); err != nil {
+		return "", fmt.Errorf("read current database and schema: %w", err)
+	}
+	slot, _, err := resolveSlot(ctx, pool, slog.New(slog.DiscardHandler), "", database, schema)
+	return slot, err
 }

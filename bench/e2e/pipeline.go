@@ -241,7 +241,9 @@ func (r *pipelineRun) tearDown() {
 	// schema: a slot left behind holds WAL, and the catalog rows vacuum
 	// may remove, forever, and the server has a few dozen slots at most.
 	// The sink has stopped, so the slot is free.
-	slot := sink.SlotName(r.schema)
+	var database string
+	_ = r.b.admin.QueryRow(ctx, `SELECT current_database()`).Scan(&database)
+	slot := sink.SlotName(database, r.schema)
 	if _, err := r.b.admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-e2e: drop replication slot %s: %v\n", slot, err)
 	}

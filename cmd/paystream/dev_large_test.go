@@ -63,8 +63,12 @@ func devLargestBody(t *testing.T, env []string) {
 	// dev creates the schema's replication slot; on the shared server it
 	// would hold WAL after the test. Runs after dev stopped (below).
 	t.Cleanup(func() {
-		slot := sink.SlotName(db.Schema)
 		ctx := context.Background()
+		slot, err := sink.Slot(ctx, db.Pool)
+		if err != nil {
+			t.Error(err)
+			return
+		}
 		testenv.WaitFor(t, 30*time.Second, func() error {
 			_, err := db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 			return err

@@ -38,7 +38,10 @@ func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
 		defer cancel()
 		_, _ = adm.DeleteTopics(ctx, raw, state, dlq, ckpt)
 	})
-	slot := sink.SlotName(db.Schema)
+	slot, err := sink.Slot(t.Context(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		ctx := context.Background()
 		_, _ = db.Pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)

@@ -96,9 +96,11 @@ func (p *pipeline) setUp(ctx context.Context) (err error) {
 	prefix := "chaos-" + p.sc.Name + "-" + id
 	p.raw, p.state, p.dlq, p.ckpt = prefix+"-raw", prefix+"-state", prefix+"-dlq", prefix+"-ckpt"
 	p.group = prefix
-	p.slot = sink.SlotName(p.schema)
 	if p.pool, err = pgxpool.New(ctx, p.url); err != nil {
 		return fmt.Errorf("connect to postgres: %w", err)
+	}
+	if p.slot, err = sink.Slot(ctx, p.pool); err != nil {
+		return err
 	}
 	if p.cl, err = kgo.NewClient(kgo.SeedBrokers(p.srv.brokers...)); err != nil {
 		return fmt.Errorf("kafka client: %w", err)

@@ -148,12 +148,11 @@ func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *
 func dropSlot(t testing.TB, pool *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	var schema string
-	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+	slot, err := sink.Slot(ctx, pool)
+	if err != nil {
 		t.Errorf("drop replication slot: %v", err)
 		return
 	}
-	slot := sink.SlotName(schema)
 	testenv.WaitFor(t, 30*time.Second, func() error {
 		_, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot)
 		return err

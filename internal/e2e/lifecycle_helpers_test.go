@@ -211,7 +211,7 @@ func waitRelayed(t *testing.T, db *testenv.DB, timeout time.Duration) {
 		var done bool
 		err := db.Pool.QueryRow(context.Background(), `
 			SELECT confirmed_flush_lsn::text, coalesce(confirmed_flush_lsn >= $2::pg_lsn, false)
-			  FROM pg_replication_slots WHERE slot_name = $1`, sink.SlotName(db.Schema), target).Scan(&confirmed, &done)
+			  FROM pg_replication_slots WHERE slot_name = $1`, slotOf(t, db), target).Scan(&confirmed, &done)
 		if err == nil && !done {
 			err = fmt.Errorf("slot confirmed %v, want %s", confirmed, target)
 		}
@@ -293,4 +293,14 @@ func stateHighWater(t *testing.T, brokers []string, topic string) int64 {
 func deliveries(t *testing.T, pool *pgxpool.Pool) int {
 	t.Helper()
 	return count(t, pool, `SELECT count(*) FROM deliveries`)
+}
+
+// slotOf is the name of the relay's replication slot of db's schema.
+func slotOf(t testing.TB, db *testenv.DB) string {
+	t.Helper()
+	slot, err := sink.Slot(context.Background(), db.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slot
 }

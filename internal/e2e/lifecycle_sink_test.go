@@ -47,7 +47,11 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 	if _, err := sink.SetupSlot(t.Context(), db.Pool); err != nil {
 		t.Fatal(err)
 	}
-	txnID := "paystream-sink-" + sink.SlotName(db.Schema)
+	id, err := sink.Identify(t.Context(), db.Pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	txnID := id.TransactionalID()
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 10})
 
 	hs := genHistories(3000)

@@ -144,7 +144,7 @@ func TestUpgradeInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	peek := sink.SlotName(schema + "_peek")
+	peek := slot + "_peek"
 	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, peek); err != nil {
 		t.Fatal(err)
 	}

@@ -93,25 +93,53 @@ func dropSchema(t testing.TB, base, schema string) {
 	dropReplication(ctx, t, conn, schema)
 }
 
-// dropReplication drops the sink's replication slot and publication of
-// schema, if a test made them: they belong to the database, not the schema,
-// and a slot left behind keeps WAL forever. The names follow sink.SlotName
-// for testenv's schema names (t_ and hex digits: nothing to escape or cut).
+// dropReplication drops the sink's replication slots and publications of
+// schema in conn's database, if a test made them: they belong to the
+// database, not the schema, and a slot left behind keeps WAL forever. The
+// names follow sink.SlotName ("paystream_", the database, the schema and a
+// hash) or, for an earlier relay, "paystream_" and the schema; testenv's
+// schema names (t_ and hex digits) need no cleaning.
 func dropReplication(ctx context.Context, t testing.TB, conn *pgx.Conn, schema string) {
-	name := "paystream_" + schema
-	// A relay still streaming holds the slot: end its WAL sender first.
-	_, err := conn.Exec(ctx, `
-		SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
-		 WHERE slot_name = $1 AND active_pid IS NOT NULL`, name)
+	rows, err := conn.Query(ctx, `
+		SELECT slot_name FROM pg_replication_slots WHERE database = current_database() AND slot_name LIKE 'paystream\_%'
+		UNION SELECT pubname FROM pg_publication WHERE pubname LIKE 'paystream\_%'`)
+	var names []string
 	if err == nil {
-		err = dropSlot(ctx, conn, name)
-	}
-	if err == nil {
-		_, err = conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{name}.Sanitize())
+		names, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	if err != nil {
-		t.Errorf("testenv: drop replication slot %s: %v", name, err)
+		t.Errorf("testenv: list replication slots of schema %s: %v", schema, err)
+		return
 	}
+	for _, name := range names {
+		if !slotOfSchema(name, schema) {
+			continue
+		}
+		// A relay still streaming holds the slot: end its WAL sender first.
+		_, err := conn.Exec(ctx, `
+			SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+			 WHERE slot_name = $1 AND active_pid IS NOT NULL`, name)
+		if err == nil {
+			err = dropSlot(ctx, conn, name)
+		}
+		if err == nil {
+			_, err = conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{name}.Sanitize())
+		}
+		if err != nil {
+			t.Errorf("testenv: drop replication slot %s: %v", name, err)
+		}
+	}
+}
+
+// slotOfSchema reports whether name is a sink slot name of schema.
+func slotOfSchema(name, schema string) bool {
+	if name == "paystream_"+schema {
+		return true
+	}
+	if i := len(name) - 9; i > 0 && name[i] == '_' && strings.Trim(name[i+1:], "0123456789abcdef") == "" {
+		return strings.HasSuffix(name[:i], "_"+schema)
+	}
+	return false
 }
 
 // dropSlot drops slot name if it exists, waiting the moment a terminated
