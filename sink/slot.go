@@ -54,8 +54,8 @@ func CheckWALLevel(ctx context.Context, q querier) error {
 }
 
 // ErrSlotLost is what SetupSlot returns, and what keeps Relay.Run from
-// relaying, when the relay's replication slot is gone but its publication,
-// created with it, is still in the database: the slot was lost in a
+// relaying, when the relay's replication slot is gone but its publication
+// says the slot was created (see slotMarker): the slot was lost in a
 // Postgres failover (a standby has no logical slots before Postgres 17) or
 // a restore, or invalidated past max_slot_wal_keep_size. State events
 // committed after the relay's last checkpoint may then never have reached
@@ -83,9 +83,17 @@ func (e *SlotCollisionError) Error() string {
 		"two deployments must not share a slot; drop or rename what holds it", e.Slot, e.Owner, e.Relay)
 }
 
-// republishMarker is the comment on the slot's publication while a
-// republish runs (see Republish).
-const republishMarker = "paystream: republish in progress"
+// The comments on a slot's publication. The publication lives in the
+// database's catalog, so a physical standby and a restore have it while
+// they have no logical slot: slotMarker, set once the slot exists, is how a
+// relay tells a lost slot from one never created. republishMarker is set
+// while a republish runs (see Republish). A publication without comment
+// is from a relay before the markers, or from a setup that stopped between
+// the publication and the slot: its slot is created (again).
+const (
+	slotMarker      = "paystream: replication slot created"
+	republishMarker = "paystream: republish in progress"
+)
 
 // slotState is what resolveSlot found of a relay's slot.
 type slotState int
@@ -139,7 +147,7 @@ func (s slotInfo) state(name, database, schema string) (slotState, error) {
 		return 0, &SlotCollisionError{Slot: name, Owner: "a " + s.kind + " slot, not paystream's", Relay: relay}
 	case s.comment == republishMarker:
 		return slotRepublishing, nil
-	case !s.exists && s.pub, s.walStatus == "lost":
+	case s.exists && s.walStatus == "lost", !s.exists && s.comment == slotMarker:
 		return slotLost, nil
 	case s.exists:
 		return slotReady, nil
@@ -153,40 +161,39 @@ func (s slotInfo) state(name, database, schema string) (slotState, error) {
 // keeps its slot across the upgrade. name, when set (Config.Slot), is used
 // as it is.
 func resolveSlot(ctx context.Context, q querier, log *slog.Logger, name, database, schema string) (string, slotState, error) {
-	if name == "" {
-		name = SlotName(database, schema)
+	if name != "" {
 		s, err := lookUpSlot(ctx, q, name)
 		if err != nil {
 			return "", 0, err
 		}
-		if !s.exists && !s.pub {
-			legacy := legacySlotName(schema)
-			l, err := lookUpSlot(ctx, q, legacy)
-			if err != nil {
-				return "", 0, err
-			}
-			switch {
-			case l.exists && l.database == database, !l.exists && l.pub:
-				st, err := l.state(legacy, database, schema)
-				return legacy, st, err
-			case l.exists && l.pub:
-				// The bug of the schema-named slot: another database took
-				// it, and this one's state events were never relayed.
-				log.Warn("this database has the publication of an earlier relay whose slot belongs to another database: "+
-					"its state events were never relayed; see docs/operations.md, \"Two deployments on one cluster\"",
-					"publication", legacy, "slot_database", l.database, "database", database, "schema", schema)
-			}
-			return name, slotNew, nil
-		}
 		st, err := s.state(name, database, schema)
 		return name, st, err
 	}
+	name = SlotName(database, schema)
 	s, err := lookUpSlot(ctx, q, name)
 	if err != nil {
 		return "", 0, err
 	}
-	st, err := s.state(name, database, schema)
-	return name, st, err
+	if st, err := s.state(name, database, schema); err != nil || st != slotNew {
+		return name, st, err
+	}
+	legacy := legacySlotName(schema)
+	l, err := lookUpSlot(ctx, q, legacy)
+	if err != nil {
+		return "", 0, err
+	}
+	switch {
+	case l.exists && l.database == database, !l.exists && l.pub && l.comment != "":
+		st, err := l.state(legacy, database, schema)
+		return legacy, st, err
+	case l.exists && l.pub:
+		// The bug of the schema-named slot: another database took it, and
+		// this one's state events were never relayed.
+		log.Warn("this database has the publication of an earlier relay whose slot belongs to another database: "+
+			"its state events were never relayed; see docs/operations.md, \"Two deployments on one cluster\"",
+			"publication", legacy, "slot_database", l.database, "database", database, "schema", schema)
+	}
+	return name, slotNew, nil
 }
 
 // SetupSlot checks the wal_level and creates, when missing, the logical
@@ -226,12 +233,16 @@ func setupSlot(ctx context.Context, q querier, log *slog.Logger, name, database,
 	return slot, createSlot(ctx, q, slot)
 }
 
-// createSlot creates the slot named slot and then its publication, unless
-// they exist. The slot comes first: a publication without its slot means
-// the slot was lost (see ErrSlotLost). The publication is empty: the relay
-// reads only logical decoding messages, which pgoutput sends whatever the
-// publication holds.
+// createSlot creates the publication and the slot named slot, unless they
+// exist, and marks the publication (slotMarker). The publication is empty:
+// the relay reads only logical decoding messages, which pgoutput sends
+// whatever the publication holds. It comes first: pgoutput looks the
+// publication up in the catalog as of the WAL it decodes, so a slot
+// created before its publication fails on its first transaction.
 func createSlot(ctx context.Context, q querier, slot string) error {
+	if err := createPublication(ctx, q, slot); err != nil {
+		return err
+	}
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, slot).Scan(&exists); err != nil {
 		return fmt.Errorf("look up replication slot %s: %w", slot, err)
@@ -245,7 +256,16 @@ func createSlot(ctx context.Context, q querier, slot string) error {
 			return fmt.Errorf("create replication slot %s: %w", slot, err)
 		}
 	}
-	return createPublication(ctx, q, slot)
+	return markPublication(ctx, q, slot, slotMarker)
+}
+
+// markPublication sets the comment of the publication named slot.
+func markPublication(ctx context.Context, q querier, slot, marker string) error {
+	_, err := q.Exec(ctx, "COMMENT ON PUBLICATION "+pgx.Identifier{slot}.Sanitize()+" IS "+quoteLiteral(marker))
+	if err != nil {
+		return fmt.Errorf("mark publication %s: %w", slot, err)
+	}
+	return nil
 }
 
 // createPublication creates the (empty) publication named slot unless it
