@@ -1,10 +1,6 @@
 package sink
 
-import (
-	"time"
-
-	"github.com/jackc/pglogrepl"
-)
+import "github.com/jackc/pglogrepl"
 
 // SetAfterCommitHook makes r call hook after each Kafka commit, before it
 // confirms the slot; an error from hook ends the relay's session there, as
@@ -21,6 +17,3 @@ func SetMidPublishHook(r *Relay, hook func(produced int) error) {
 	r.midPublish = hook
 }
 
-// SetLostSlotRetry sets how often r checks whether a lost slot was
-// recreated (10 s by default).
-func SetLostSlotRetry(r *Relay, d time.Duration) { r.lostRetry = d }

@@ -327,7 +327,7 @@ func TestLostSlotNotRecreated(t *testing.T) {
 	if _, err := sink.SetupSlot(ctx, b.db.Pool); !errors.Is(err, sink.ErrSlotLost) {
 		t.Fatalf("SetupSlot = %v, want ErrSlotLost", err)
 	}
-	r := b.startRelay(t, func(r *sink.Relay) { sink.SetLostSlotRetry(r, 100*time.Millisecond) })
+	r := b.startRelay(t, nil)
 	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_slot_lost") == 1 }, "slot reported lost")
 	var exists bool
 	if err := b.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`, b.slot()).Scan(&exists); err != nil {

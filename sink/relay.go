@@ -90,6 +90,9 @@ type Config struct {
 	// StandbyRetry is how often a standby tries to take the slot. Defaults
 	// to 1s.
 	StandbyRetry time.Duration
+	// LostSlotRetry is how often a relay whose slot is lost (ErrSlotLost)
+	// checks whether `paystream republish` recreated it. Defaults to 10s.
+	LostSlotRetry time.Duration
 	// TransactionTimeout is the Kafka transaction timeout, and bounds
 	// flushing and committing one. Defaults to 30s.
 	TransactionTimeout time.Duration
@@ -135,9 +138,6 @@ type Relay struct {
 	// relay's transactional id, fenced at takeover too.
 	keys        []string
 	legacyTxnID string
-	// lostRetry is how often a relay whose slot is lost checks whether a
-	// republish has recreated it.
-	lostRetry time.Duration
 
 	// afterCommit, when set (by tests), runs after each Kafka commit,
 	// before the slot is confirmed; an error ends the session there.
@@ -178,6 +178,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 		{"StatusInterval", &cfg.StatusInterval, 10 * time.Second},
 		{"HeartbeatInterval", &cfg.HeartbeatInterval, 10 * time.Second},
 		{"StandbyRetry", &cfg.StandbyRetry, time.Second},
+		{"LostSlotRetry", &cfg.LostSlotRetry, 10 * time.Second},
 		{"TransactionTimeout", &cfg.TransactionTimeout, 30 * time.Second},
 	}
 	for _, d := range defaults {
@@ -201,7 +202,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m, lostRetry: 10 * time.Second}, nil
+	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m}, nil
 }
 
 // The roles of a Relay's Kafka clients, as Config.KafkaClientOpts names them.
@@ -254,7 +255,7 @@ func (e *IdentityCollisionError) Unwrap() error { return e.Err }
 // another database, and an *IdentityCollisionError when another
 // deployment's relay uses its identity. While the slot is lost (see
 // ErrSlotLost) it relays nothing, reports paystream_sink_slot_lost 1 and
-// checks every 10 s whether `paystream republish` recreated it. Other
+// checks every LostSlotRetry whether `paystream republish` recreated it. Other
 // failures (database, broker) it logs and retries, starting over from the
 // Kafka checkpoint.
 func (r *Relay) Run(ctx context.Context) error {
@@ -279,8 +280,8 @@ func (r *Relay) Run(ctx context.Context) error {
 			return err
 		case errors.Is(err, ErrSlotLost), errors.Is(err, ErrRepublishUnfinished):
 			r.metrics.slotLost.Set(1)
-			r.log.Error("relaying nothing until the slot is recreated", "error", err, "retry", r.lostRetry)
-			sleep(ctx, r.lostRetry)
+			r.log.Error("relaying nothing until the slot is recreated", "error", err, "retry", r.cfg.LostSlotRetry)
+			sleep(ctx, r.cfg.LostSlotRetry)
 			continue
 		case errors.Is(err, errSlotBusy):
 			r.log.Debug("slot busy, standing by", "slot", r.cfg.Slot)

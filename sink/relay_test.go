@@ -69,7 +69,7 @@ func (b *bundle) startRelay(t *testing.T, configure func(*sink.Relay)) *runningR
 	reg := prometheus.NewRegistry()
 	r, err := sink.New(b.db.Pool, sink.Config{
 		Brokers: b.brokers, Topic: b.topic, CheckpointTopic: b.checkpoint,
-		HeartbeatInterval: 100 * time.Millisecond, StandbyRetry: 50 * time.Millisecond,
+		HeartbeatInterval: 100 * time.Millisecond, StandbyRetry: 50 * time.Millisecond, LostSlotRetry: 100 * time.Millisecond,
 		Logger: slog.New(slog.DiscardHandler), Registerer: reg,
 	})
 	if err != nil {

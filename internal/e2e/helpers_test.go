@@ -346,9 +346,10 @@ func ledgerByPayment(t testing.TB, pool *pgxpool.Pool) map[string]map[ledger.Key
 
 // stateRecord is one record consumed from the normalized topic.
 type stateRecord struct {
-	eventID string // the event-id header
-	raw     []byte
-	ev      envelope.State
+	eventID     string // the event-id header
+	republished bool   // the paystream-republished header
+	raw         []byte
+	ev          envelope.State
 }
 
 // decodeState decodes a record of the normalized topic.
@@ -356,8 +357,11 @@ func decodeState(t testing.TB, r *kgo.Record) stateRecord {
 	t.Helper()
 	sr := stateRecord{raw: r.Value}
 	for _, h := range r.Headers {
-		if h.Key == envelope.HeaderEventID {
+		switch h.Key {
+		case envelope.HeaderEventID:
 			sr.eventID = string(h.Value)
+		case sink.HeaderRepublished:
+			sr.republished = true
 		}
 	}
 	if err := json.Unmarshal(r.Value, &sr.ev); err != nil {
