@@ -16,4 +16,3 @@ func SetAfterCommitHook(r *Relay, hook func(lsn uint64) error) {
 func SetMidPublishHook(r *Relay, hook func(produced int) error) {
 	r.midPublish = hook
 }
-
