@@ -10,6 +10,10 @@
 //     in, e.g. postgres://paystream@127.0.0.1:55432/paystream?sslmode=disable.
 //   - PAYSTREAM_TEST_KAFKA_BROKERS: comma-separated seed brokers, e.g.
 //     127.0.0.1:59092.
+//   - PAYSTREAM_TEST_KAFKA_SASL_*, _MTLS_BROKERS, _TLS_* and
+//     PAYSTREAM_TEST_DATABASE_TLS_URL: the stack's secured listeners and
+//     Postgres over TLS, for the tests of secured connections ([Secured],
+//     [DB.TLSURL]).
 //
 // `make stack-up` starts both locally and `eval "$(deploy/stack.sh env)"`
 // sets the variables. When a variable is unset and a Docker engine answers,
