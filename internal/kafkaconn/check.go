@@ -113,6 +113,11 @@ func (c Config) Explain(err error, addr string) error {
 	if ex := c.explainTLS(err, addr); ex != nil {
 		return ex
 	}
+	// franz-go's guess when a TLS alert comes back to a plaintext request
+	// (it has no error type).
+	if !c.tlsOn() && strings.Contains(err.Error(), "plaintext connection speaking to a tls endpoint") {
+		return errorf(err, "%s answered with TLS: the listener needs TLS: set %s", addr, flagTLS)
+	}
 	var eof *kgo.ErrFirstReadEOF
 	if errors.As(err, &eof) {
 		msg := eof.Error()
@@ -156,7 +161,7 @@ func (c Config) explainSASL(err error, addr, mech string) error {
 
 func (c Config) explainTLS(err error, addr string) error {
 	var (
-		unknownCA *x509.UnknownAuthorityError
+		unknownCA x509.UnknownAuthorityError
 		hostname  x509.HostnameError
 		invalid   x509.CertificateInvalidError
 		header    tls.RecordHeaderError
