@@ -25,6 +25,9 @@ type SamplerConfig struct {
 	// too, to tell a stall (a backlog and no progress) from an idle
 	// pipeline. Without them every pause counts as a stall.
 	Brokers []string
+	// KafkaOpts are extra franz-go options for the client reading the end
+	// offsets, e.g. TLS and SASL from internal/kafkaconn. Defaults to none.
+	KafkaOpts []kgo.Opt
 	// Interval is the time between polls. Defaults to 100ms.
 	Interval time.Duration
 }
@@ -107,7 +110,7 @@ func (s *Sampler) run() {
 	defer close(s.done)
 	var adm *kadm.Client
 	if len(s.cfg.Brokers) > 0 {
-		if cl, err := kgo.NewClient(kgo.SeedBrokers(s.cfg.Brokers...)); err == nil {
+		if cl, err := kgo.NewClient(kafkaClientOpts(s.cfg.Brokers, s.cfg.KafkaOpts)...); err == nil {
 			defer cl.Close()
 			adm = kadm.NewClient(cl)
 		}
@@ -190,9 +193,16 @@ func storedOffsets(ctx context.Context, pool *pgxpool.Pool, group, topic string)
 	return offs, epochs, nil
 }
 
-// endOffsets returns each partition of topic's end offset.
-func endOffsets(ctx context.Context, brokers []string, topic string) (map[int32]int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// kafkaClientOpts are the options of every Kafka client here: the seed
+// brokers, then the caller's (TLS, SASL).
+func kafkaClientOpts(brokers []string, extra []kgo.Opt) []kgo.Opt {
+	return append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, extra...)
+}
+
+// endOffsets returns each partition of topic's end offset, read by a
+// client with opts.
+func endOffsets(ctx context.Context, opts []kgo.Opt, topic string) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}

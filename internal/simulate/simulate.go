@@ -89,6 +89,9 @@ type Config struct {
 	// topic's partitions started (I4) and plant the poison.
 	KafkaBrokers []string
 	RawTopic     string
+	// KafkaOpts are extra franz-go options given to every Kafka client,
+	// e.g. TLS and SASL from internal/kafkaconn. Defaults to none.
+	KafkaOpts []kgo.Opt
 	// Sampler, when set, is started by Deliver (unless already running)
 	// and stopped by Verify once the backlog drained.
 	Sampler *Sampler
@@ -579,7 +582,7 @@ func (s *Simulation) Deliver(ctx context.Context, progress func(Progress)) (Deli
 		return DeliveryStats{}, errors.New("deliver: already delivered")
 	}
 	if len(s.cfg.KafkaBrokers) > 0 && s.cfg.RawTopic != "" {
-		ends, err := endOffsets(ctx, s.cfg.KafkaBrokers, s.cfg.RawTopic)
+		ends, err := endOffsets(ctx, kafkaClientOpts(s.cfg.KafkaBrokers, s.cfg.KafkaOpts), s.cfg.RawTopic)
 		if err != nil {
 			return DeliveryStats{}, fmt.Errorf("deliver: %w", err)
 		}
@@ -782,8 +785,8 @@ func (s *Simulation) stats(d *delivery, elapsed time.Duration) DeliveryStats {
 // refuse them: poison reaches the raw topic from an older or buggy ingest),
 // with the key partitioner ingest uses.
 func (s *Simulation) plantPoison(ctx context.Context) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(s.cfg.KafkaBrokers...),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), kgo.RequiredAcks(kgo.AllISRAcks()))
+	cl, err := kgo.NewClient(append(kafkaClientOpts(s.cfg.KafkaBrokers, s.cfg.KafkaOpts),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), kgo.RequiredAcks(kgo.AllISRAcks()))...)
 	if err != nil {
 		return fmt.Errorf("plant poison: %w", err)
 	}

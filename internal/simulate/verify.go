@@ -31,6 +31,9 @@ type Target struct {
 	RawTopic     string
 	StateTopic   string
 	Group        string
+	// KafkaOpts are extra franz-go options given to every Kafka client,
+	// e.g. TLS and SASL from internal/kafkaconn. Defaults to none.
+	KafkaOpts []kgo.Opt
 	// DrainTimeout bounds the wait for the backlog to drain (every raw
 	// record applied, every refetch done, every transition on the state
 	// topic). Defaults to 2 minutes.
@@ -265,7 +268,7 @@ func (s *Simulation) drain(ctx context.Context, pool *pgxpool.Pool, t Target, ke
 		why = ""
 		// The pipeline's services may be restarting: an error reading
 		// them is something to wait for, like a backlog.
-		ends, err := endOffsets(ctx, t.KafkaBrokers, t.RawTopic)
+		ends, err := endOffsets(ctx, t.kafkaOpts(), t.RawTopic)
 		if err != nil {
 			why = err.Error()
 		}
@@ -295,7 +298,7 @@ func (s *Simulation) drain(ctx context.Context, pool *pgxpool.Pool, t Target, ke
 			if err := pool.QueryRow(ctx, `SELECT count(*) FROM payment_transitions WHERE payment_key = ANY($1)`, keys).Scan(&want); err != nil {
 				why = err.Error()
 			} else {
-				state, err := readState(ctx, t.KafkaBrokers, t.StateTopic, toSet(keys))
+				state, err := readState(ctx, t.kafkaOpts(), t.StateTopic, toSet(keys))
 				seen := map[string]bool{}
 				for _, r := range state {
 					seen[r.eventID] = true
@@ -416,7 +419,7 @@ func read(ctx context.Context, pool *pgxpool.Pool, t Target, o *Oracle, keys []s
 	if snap.stored, _, err = storedOffsets(ctx, pool, t.Group, t.RawTopic); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	if snap.ends, err = endOffsets(ctx, t.KafkaBrokers, t.RawTopic); err != nil {
+	if snap.ends, err = endOffsets(ctx, t.kafkaOpts(), t.RawTopic); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
 	// Each partition's deliveries from where the simulation started.
@@ -445,10 +448,10 @@ func read(ctx context.Context, pool *pgxpool.Pool, t Target, o *Oracle, keys []s
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("verify: read delivery offsets: %w", err)
 	}
-	if snap.state, err = readState(ctx, t.KafkaBrokers, t.StateTopic, toSet(keys)); err != nil {
+	if snap.state, err = readState(ctx, t.kafkaOpts(), t.StateTopic, toSet(keys)); err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	uncommitted, err := readStateAt(ctx, t.KafkaBrokers, t.StateTopic, toSet(keys), false)
+	uncommitted, err := readStateAt(ctx, t.kafkaOpts(), t.StateTopic, toSet(keys), false)
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
@@ -459,15 +462,18 @@ func read(ctx context.Context, pool *pgxpool.Pool, t Target, o *Oracle, keys []s
 // readState reads the state topic as a read_committed consumer does, from
 // the start to each partition's last stable offset, keeping the records of
 // the payments in keys, in each partition's order.
-func readState(ctx context.Context, brokers []string, topic string, keys map[string]bool) ([]stateRow, error) {
-	return readStateAt(ctx, brokers, topic, keys, true)
+func readState(ctx context.Context, opts []kgo.Opt, topic string, keys map[string]bool) ([]stateRow, error) {
+	return readStateAt(ctx, opts, topic, keys, true)
 }
+
+// kafkaOpts are the options of the target's Kafka clients.
+func (t Target) kafkaOpts() []kgo.Opt { return kafkaClientOpts(t.KafkaBrokers, t.KafkaOpts) }
 
 // readStateAt is readState for a read_committed consumer (up to the last
 // stable offsets) or a read_uncommitted one (up to the high watermarks,
 // aborted transactions' records included).
-func readStateAt(ctx context.Context, brokers []string, topic string, keys map[string]bool, committed bool) ([]stateRow, error) {
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+func readStateAt(ctx context.Context, opts []kgo.Opt, topic string, keys map[string]bool, committed bool) ([]stateRow, error) {
+	adm, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -494,12 +500,12 @@ func readStateAt(ctx context.Context, brokers []string, topic string, keys map[s
 	if len(todo) == 0 {
 		return nil, nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
+	cl, err := kgo.NewClient(append(slices.Clip(opts),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
 		kgo.FetchIsolationLevel(isolation), kgo.FetchMaxWait(100*time.Millisecond),
 		// Markers too, so the read knows it reached a last stable offset
 		// that is a marker's.
-		kgo.KeepControlRecords())
+		kgo.KeepControlRecords())...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
