@@ -19,6 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/kafkaconn"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -50,6 +53,66 @@ type cli struct {
 // kafkaFlags are shared by every command that talks to Kafka.
 type kafkaFlags struct {
 	KafkaBrokers []string `help:"Kafka seed brokers, comma-separated." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	kafkaSecurityFlags
+}
+
+// kafkaSecurityFlags say how to connect to the brokers: TLS and SASL
+// (internal/kafkaconn). Commands whose brokers flag reads differently
+// (migrate, dev) embed them next to their own.
+type kafkaSecurityFlags struct {
+	KafkaTLS                bool   `name:"kafka-tls" help:"Connect to the brokers with TLS, checking their certificates against the system's roots or a CA file (on when any other TLS flag is set)." env:"PAYSTREAM_KAFKA_TLS"`
+	KafkaTLSCAFile          string `name:"kafka-tls-ca-file" help:"PEM file of the CA the brokers' certificates chain to (default: the system's roots)." env:"PAYSTREAM_KAFKA_TLS_CA_FILE" placeholder:"FILE"`
+	KafkaTLSCertFile        string `name:"kafka-tls-cert-file" help:"PEM client certificate, for brokers that authenticate clients by certificate (mutual TLS); read again at each connection." env:"PAYSTREAM_KAFKA_TLS_CERT_FILE" placeholder:"FILE"`
+	KafkaTLSKeyFile         string `name:"kafka-tls-key-file" help:"PEM private key of the client certificate." env:"PAYSTREAM_KAFKA_TLS_KEY_FILE" placeholder:"FILE"`
+	KafkaTLSServerName      string `name:"kafka-tls-server-name" help:"Name the brokers' certificates must carry (default: the host dialed)." env:"PAYSTREAM_KAFKA_TLS_SERVER_NAME" placeholder:"NAME"`
+	KafkaSASLMechanism      string `name:"kafka-sasl-mechanism" help:"SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN from the environment). Empty: no SASL." env:"PAYSTREAM_KAFKA_SASL_MECHANISM" placeholder:"MECHANISM"`
+	KafkaSASLUsername       string `name:"kafka-sasl-username" help:"SASL user (PLAIN, SCRAM)." env:"PAYSTREAM_KAFKA_SASL_USERNAME" placeholder:"USER"`
+	KafkaSASLPassword       string `name:"kafka-sasl-password" help:"SASL password (PLAIN, SCRAM). Prefer a password file (--kafka-sasl-password-file); if you must, set this through the environment, never on the command line (ps shows it)." env:"PAYSTREAM_KAFKA_SASL_PASSWORD" placeholder:"PASSWORD"`
+	KafkaSASLPasswordFile   string `name:"kafka-sasl-password-file" help:"File holding the SASL password (PLAIN, SCRAM), read at each authentication." env:"PAYSTREAM_KAFKA_SASL_PASSWORD_FILE" placeholder:"FILE"`
+	KafkaSASLOAuthTokenFile string `name:"kafka-sasl-oauth-token-file" help:"File holding the OAUTHBEARER token, read at each authentication: keep it fresh (a sidecar, a projected token)." env:"PAYSTREAM_KAFKA_SASL_OAUTH_TOKEN_FILE" placeholder:"FILE"`
+}
+
+// config is the connection to brokers as the flags say.
+func (s kafkaSecurityFlags) config(brokers []string) kafkaconn.Config {
+	return kafkaconn.Config{
+		Brokers: brokers, TLS: s.KafkaTLS, TLSCAFile: s.KafkaTLSCAFile,
+		TLSCertFile: s.KafkaTLSCertFile, TLSKeyFile: s.KafkaTLSKeyFile, TLSServerName: s.KafkaTLSServerName,
+		SASLMechanism: s.KafkaSASLMechanism, SASLUsername: s.KafkaSASLUsername, SASLPassword: s.KafkaSASLPassword,
+		SASLPasswordFile: s.KafkaSASLPasswordFile, SASLOAuthTokenFile: s.KafkaSASLOAuthTokenFile,
+	}
+}
+
+// set reports whether any TLS or SASL flag is set.
+func (s kafkaSecurityFlags) set() bool { return s != kafkaSecurityFlags{} }
+
+// opts validates the connection to brokers the flags describe and returns
+// the franz-go options every Kafka client of the command gets: the seed
+// brokers, TLS and SASL. What is allowed but unsafe (PLAIN without TLS) is
+// logged as a warning.
+func (s kafkaSecurityFlags) opts(log *slog.Logger, brokers []string) ([]kgo.Opt, error) {
+	cfg := s.config(brokers)
+	opts, err := cfg.Opts()
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
+	return opts, nil
+}
+
+// kafka returns the seed brokers and the validated franz-go options that
+// connect to them (seed brokers included), as opts does.
+func (k kafkaFlags) kafka(log *slog.Logger) ([]string, []kgo.Opt, error) {
+	brokers, err := k.brokers()
+	if err != nil {
+		return nil, nil, err
+	}
+	opts, err := k.opts(log, brokers)
+	if err != nil {
+		return nil, nil, err
+	}
+	return brokers, opts, nil
 }
 
 func (k kafkaFlags) brokers() ([]string, error) {
@@ -63,6 +126,20 @@ func (k kafkaFlags) brokers() ([]string, error) {
 		return nil, errors.New("no Kafka brokers: set --kafka-brokers or PAYSTREAM_KAFKA_BROKERS")
 	}
 	return out, nil
+}
+
+// checkKafka connects to brokers once, at the start of a long-running
+// command: a wrong password, token, certificate or TLS setting ends the
+// command with one line naming the flag to fix, before it serves anything.
+// Brokers that cannot be reached at all only get a warning: the command
+// waits for them as it always has (ingest answers 503 meanwhile).
+func (s kafkaSecurityFlags) checkKafka(ctx context.Context, log *slog.Logger, brokers []string) error {
+	err := s.config(brokers).Check(ctx)
+	if errors.Is(err, kafkaconn.ErrUnreachable) {
+		log.Warn("kafka not reachable yet; going on", "error", err)
+		return nil
+	}
+	return err
 }
 
 // dbFlags are shared by every command that talks to Postgres.

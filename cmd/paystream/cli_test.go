@@ -285,3 +285,56 @@ func TestBannerAddr(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaSettingsValidated: every command that talks to Kafka reads the
+// same TLS and SASL settings and, when one is wrong, stops before
+// connecting to anything with one line naming it, the password never
+// shown.
+func TestKafkaSettingsValidated(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sources := filepath.Join(dir, "sources.yaml")
+	if err := os.WriteFile(sources, []byte("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const password = "hunter2-do-not-print"
+	missing := filepath.Join(dir, "no-ca.pem")
+	// Unroutable: a command that dialed before validating would fail
+	// differently (or hang).
+	db := "--database-url=postgres://paystream@127.0.0.1:1/paystream?sslmode=disable"
+	commands := [][]string{
+		{"ingest", "--sources", sources},
+		{"processor", db},
+		{"sink", db},
+		{"migrate", db},
+		{"dev", "--sources", sources, "--http-addr", "127.0.0.1:0", "--data-dir", filepath.Join(dir, "dev"), db},
+		{"tail"},
+		{"reconcile", db},
+		{"dlq", "list"},
+		{"republish", db},
+		{"simulate", "--sources", sources, "--verify", db},
+	}
+	settings := []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"PAYSTREAM_KAFKA_TLS_CA_FILE=" + missing}, "paystream: kafka: --kafka-tls-ca-file " + missing + ": no such file\n"},
+		{[]string{"PAYSTREAM_KAFKA_SASL_MECHANISM=SCRAM-SHA-512", "PAYSTREAM_KAFKA_SASL_PASSWORD=" + password},
+			"paystream: kafka: --kafka-sasl-mechanism SCRAM-SHA-512 needs --kafka-sasl-username\n"},
+	}
+	for _, args := range commands {
+		for _, s := range settings {
+			t.Run(strings.Join(args[:1], "_"), func(t *testing.T) {
+				t.Parallel()
+				env := append([]string{"PAYSTREAM_KAFKA_BROKERS=127.0.0.1:1"}, s.env...)
+				r := paystream(t, env, args...)
+				if r.code != 1 || r.stderr != s.want {
+					t.Errorf("%s with %q: exit %d, stderr %q; want exit 1 and %q", strings.Join(args, " "), s.env, r.code, r.stderr, s.want)
+				}
+				if strings.Contains(r.stdout+r.stderr, password) {
+					t.Errorf("%s printed the password", args[0])
+				}
+			})
+		}
+	}
+}

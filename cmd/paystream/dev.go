@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -26,9 +27,10 @@ import (
 
 type devCmd struct {
 	DataDir      string   `help:"Directory for the embedded Kafka's and the private Postgres's data (kept between runs)." default:".data" env:"PAYSTREAM_DATA_DIR"`
-	KafkaBrokers []string `help:"Use these Kafka brokers instead of the embedded one." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
-	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
-	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
+	KafkaBrokers []string `help:"Use these Kafka brokers instead of the embedded one (the TLS and SASL flags apply to them only)." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	kafkaSecurityFlags
+	DatabaseURL string `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
+	Partitions  int32  `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
 	topicFlags
 	checkpointFlags
 	topicLayoutFlags
@@ -75,8 +77,19 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return fmt.Errorf("create data dir: %w", err)
 	}
 
-	brokers := c.KafkaBrokers
-	if len(brokers) == 0 {
+	brokers, err := (kafkaFlags{KafkaBrokers: c.KafkaBrokers}).brokers()
+	var kafkaOpts []kgo.Opt
+	if err == nil {
+		if kafkaOpts, err = c.opts(e.log, brokers); err != nil {
+			return err
+		}
+		if err := c.checkKafka(ctx, e.log, brokers); err != nil {
+			return err
+		}
+	} else {
+		if c.kafkaSecurityFlags.set() {
+			e.log.Warn("the embedded Kafka takes no TLS or SASL: the --kafka-tls* and --kafka-sasl-* settings apply only with --kafka-brokers; ignored")
+		}
 		kafkaDir := filepath.Join(dataDir, "kafka")
 		// No seeded topics: they are created below like on a real
 		// broker, with their configs (max.message.bytes above all: kfake,
@@ -90,6 +103,7 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		}
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
+		kafkaOpts = []kgo.Opt{kgo.SeedBrokers(brokers...)}
 		e.log.Info("embedded kafka (kfake) started", "brokers", strings.Join(brokers, ","), "data", kafkaDir)
 	}
 
@@ -137,7 +151,7 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	adm, closeAdm, err := newAdmin(brokers)
+	adm, closeAdm, err := newAdmin(kafkaOpts)
 	if err != nil {
 		return err
 	}
@@ -156,20 +170,20 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer stopTracing()
-	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) { cfg.TracerProvider = tp })
+	srv, err := newIngest(e, brokers, kafkaOpts, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) { cfg.TracerProvider = tp })
 	if err != nil {
 		return err
 	}
 	proc, err := processor.New(pool, processor.Config{
 		Brokers: brokers, Topic: c.RawTopic, Group: "paystream-dev", Refetch: refetchConfigs(sources),
 		Logger: e.log.With("component", "processor"), Registerer: e.reg, TracerProvider: tp,
-		KafkaOpts: []kgo.Opt{kafkaMetrics(e.reg, "processor")},
+		KafkaOpts: append(slices.Clip(kafkaOpts), kafkaMetrics(e.reg, "processor")),
 	})
 	if err != nil {
 		return err
 	}
 	relay, err := sink.New(pool, sink.Config{
-		Brokers: brokers, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic,
+		Brokers: brokers, KafkaOpts: kafkaOpts, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic,
 		Logger: e.log.With("component", "sink"), Registerer: e.reg,
 		// No per-client kprom here yet (paystream sink has it). It was
 		// taken out while chasing a stall after a SIGKILL and restart on

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -34,12 +35,12 @@ type dlqFlags struct {
 	Quiet        bool   `help:"No progress on stderr." short:"q"`
 }
 
-func (f *dlqFlags) open(opts ...func(*dlq.Config)) (*dlq.Tool, error) {
-	brokers, err := f.brokers()
+func (f *dlqFlags) open(log *slog.Logger, opts ...func(*dlq.Config)) (*dlq.Tool, error) {
+	brokers, kafkaOpts, err := f.kafka(log)
 	if err != nil {
 		return nil, err
 	}
-	cfg := dlq.Config{Brokers: brokers, DLQTopic: f.DLQTopic, ReplaysTopic: f.ReplaysTopic}
+	cfg := dlq.Config{Brokers: brokers, KafkaOpts: kafkaOpts, DLQTopic: f.DLQTopic, ReplaysTopic: f.ReplaysTopic}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -135,12 +136,12 @@ func listItem(rec *dlq.Record, replays map[dlq.Position]dlq.Marker) dlqListItem 
 	return it
 }
 
-func (c *dlqListCmd) Run(ctx context.Context) error {
+func (c *dlqListCmd) Run(ctx context.Context, e *env) error {
 	since, err := parseSince(c.Since, time.Now())
 	if err != nil {
 		return err
 	}
-	tool, err := c.open()
+	tool, err := c.open(e.log)
 	if err != nil {
 		return err
 	}
@@ -345,8 +346,8 @@ func showOutput(topic string, rec *dlq.Record, replays map[dlq.Position]dlq.Mark
 	return out
 }
 
-func (c *dlqShowCmd) Run(ctx context.Context) error {
-	tool, err := c.open()
+func (c *dlqShowCmd) Run(ctx context.Context, e *env) error {
+	tool, err := c.open(e.log)
 	if err != nil {
 		return err
 	}
@@ -467,7 +468,7 @@ event's (source, dedup key): a second copy is stored as ignored: duplicate_event
   paystream dlq replay --event-id msg_2Lx9 --sources sources.yaml`
 }
 
-func (c *dlqReplayCmd) Run(ctx context.Context) error {
+func (c *dlqReplayCmd) Run(ctx context.Context, e *env) error {
 	sources, err := loadSources(c.Sources)
 	if err != nil {
 		return err
@@ -476,7 +477,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	tool, err := c.open(func(cfg *dlq.Config) {
+	tool, err := c.open(e.log, func(cfg *dlq.Config) {
 		cfg.RawTopic, cfg.MaxRecordBytes = c.RawTopic, maxRecord
 	})
 	if err != nil {

@@ -22,11 +22,12 @@ type migrateCmd struct {
 	topicFlags
 	checkpointFlags
 	topicLayoutFlags
-	KafkaBrokers          []string `help:"Kafka seed brokers; when set, the topics are created (or their drift reported and safe configs fixed) and the raw topic's partition count is recorded." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
-	Partitions            int32    `help:"Partitions of the raw and state topics when creating them." default:"12" env:"PAYSTREAM_PARTITIONS"`
-	ReplicationFactor     int16    `help:"Replication factor when creating topics (-1: broker default). At 3 or more, topics get min.insync.replicas=2." default:"-1" env:"PAYSTREAM_REPLICATION_FACTOR"`
-	Sources               string   `help:"Sources file: the raw and DLQ topics' max.message.bytes is sized for its largest max_body_bytes (without it, for the default 1 MiB)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
-	AcceptPartitionChange bool     `help:"Record the raw topic's live partition count even though it differs from the recorded one (after following the README's procedure for changing partition counts)." env:"PAYSTREAM_ACCEPT_PARTITION_CHANGE"`
+	KafkaBrokers []string `help:"Kafka seed brokers; when set, the topics are created (or their drift reported and safe configs fixed) and the raw topic's partition count is recorded." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	kafkaSecurityFlags
+	Partitions            int32  `help:"Partitions of the raw and state topics when creating them." default:"12" env:"PAYSTREAM_PARTITIONS"`
+	ReplicationFactor     int16  `help:"Replication factor when creating topics (-1: broker default). At 3 or more, topics get min.insync.replicas=2." default:"-1" env:"PAYSTREAM_REPLICATION_FACTOR"`
+	Sources               string `help:"Sources file: the raw and DLQ topics' max.message.bytes is sized for its largest max_body_bytes (without it, for the default 1 MiB)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
+	AcceptPartitionChange bool   `help:"Record the raw topic's live partition count even though it differs from the recorded one (after following the README's procedure for changing partition counts)." env:"PAYSTREAM_ACCEPT_PARTITION_CHANGE"`
 }
 
 // topicLayoutFlags configure the topics paystream migrate (and dev) create.
@@ -51,6 +52,14 @@ count, which the processor checks before it starts.`
 }
 
 func (c *migrateCmd) Run(ctx context.Context, e *env) error {
+	// Kafka's settings are checked before anything changes; without
+	// brokers the topics are left alone.
+	var kafkaOpts []kgo.Opt
+	if brokers, err := (kafkaFlags{KafkaBrokers: c.KafkaBrokers}).brokers(); err == nil {
+		if kafkaOpts, err = c.opts(e.log, brokers); err != nil {
+			return err
+		}
+	}
 	pool, err := c.pool(ctx)
 	if err != nil {
 		return err
@@ -74,8 +83,7 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 	for _, name := range applied {
 		e.log.Info("migration applied", "migration", name)
 	}
-	brokers, err := kafkaFlags{KafkaBrokers: c.KafkaBrokers}.brokers()
-	if err != nil {
+	if kafkaOpts == nil {
 		return nil // topics are optional here
 	}
 	sources := map[string]*source.Source{"default": {MaxBodyBytes: source.DefaultMaxBodyBytes}}
@@ -88,7 +96,7 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	adm, closeAdm, err := newAdmin(brokers)
+	adm, closeAdm, err := newAdmin(kafkaOpts)
 	if err != nil {
 		return err
 	}
@@ -118,8 +126,10 @@ func topicLayout(t topicFlags, checkpoint string, f topicLayoutFlags, partitions
 	}, nil
 }
 
-func newAdmin(brokers []string) (*kadm.Client, func(), error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// newAdmin is an admin client connecting with opts (seed brokers, TLS,
+// SASL: kafkaFlags.kafka).
+func newAdmin(opts []kgo.Opt) (*kadm.Client, func(), error) {
+	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka client: %w", err)
 	}
@@ -150,8 +160,8 @@ func ensureTopics(ctx context.Context, e *env, adm *kadm.Client, l topics.Layout
 // checkRawPartitions refuses to start a processor on a raw topic whose
 // partition count changed since paystream migrate recorded it. A count
 // never recorded only warns: deployments that migrate without brokers.
-func checkRawPartitions(ctx context.Context, e *env, brokers []string, pool *pgxpool.Pool, topic string) error {
-	adm, closeAdm, err := newAdmin(brokers)
+func checkRawPartitions(ctx context.Context, e *env, kafkaOpts []kgo.Opt, pool *pgxpool.Pool, topic string) error {
+	adm, closeAdm, err := newAdmin(kafkaOpts)
 	if err != nil {
 		return err
 	}

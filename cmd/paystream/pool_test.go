@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
 )
@@ -20,14 +22,15 @@ func TestProcessorPoolSize(t *testing.T) {
 	topic := testenv.Topic(t, "raw", 7)
 	ctx := context.Background()
 
-	partitions, err := topicPartitions(ctx, brokers, topic)
+	seeds := []kgo.Opt{kgo.SeedBrokers(brokers...)}
+	partitions, err := topicPartitions(ctx, seeds, topic)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if partitions != 7 {
 		t.Fatalf("topicPartitions = %d, want 7", partitions)
 	}
-	if _, err := topicPartitions(ctx, brokers, topic+"-missing"); err == nil {
+	if _, err := topicPartitions(ctx, seeds, topic+"-missing"); err == nil {
 		t.Error("topicPartitions of a missing topic succeeded")
 	}
 

@@ -55,8 +55,8 @@ Example:
   paystream reconcile --since 6h --older-than 30m --json > reconcile.json; echo "exit $?"`
 }
 
-func (c *reconcileCmd) Run(ctx context.Context) error {
-	brokers, err := c.brokers()
+func (c *reconcileCmd) Run(ctx context.Context, e *env) error {
+	brokers, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
 		return err
 	}
@@ -76,7 +76,7 @@ func (c *reconcileCmd) Run(ctx context.Context) error {
 	}
 	defer pool.Close()
 	report, err := reconcile.Run(ctx, reconcile.Config{
-		DB: pool, Brokers: brokers, StateTopic: c.StateTopic, DLQTopic: c.DLQTopic, ReplaysTopic: c.ReplaysTopic,
+		DB: pool, Brokers: brokers, KafkaOpts: kafkaOpts, StateTopic: c.StateTopic, DLQTopic: c.DLQTopic, ReplaysTopic: c.ReplaysTopic,
 		OlderThan: c.OlderThan, Since: c.Since, Settle: c.Settle,
 		Gateway: gateway, GatewayLimit: c.GatewayLimit,
 		Progress: os.Stderr,

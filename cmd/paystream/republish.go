@@ -41,7 +41,7 @@ stops half way, run it again. Example:
 }
 
 func (c *republishCmd) Run(ctx context.Context, e *env) error {
-	brokers, err := c.brokers()
+	brokers, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
 		return err
 	}
@@ -53,6 +53,7 @@ func (c *republishCmd) Run(ctx context.Context, e *env) error {
 	var last time.Time
 	rep, err := sink.Republish(ctx, pool, sink.RepublishConfig{
 		Brokers:         brokers,
+		KafkaOpts:       kafkaOpts,
 		Topic:           c.StateTopic,
 		CheckpointTopic: c.CheckpointTopic,
 		Deployment:      c.Deployment,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,12 +67,16 @@ terminationGracePeriodSeconds above 5s + 10s).`
 }
 
 func (c *ingestCmd) Run(ctx context.Context, e *env) error {
-	brokers, err := c.brokers()
+	brokers, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
 		return err
 	}
 	sources, err := loadSources(c.Sources)
 	if err != nil {
+		return err
+	}
+	// A wrong password stops ingest before it listens: nothing answered.
+	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
 		return err
 	}
 	if err := serveMetrics(ctx, e, c.MetricsAddr, nil); err != nil {
@@ -82,7 +87,7 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer stopTracing()
-	srv, err := newIngest(e, brokers, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
+	srv, err := newIngest(e, brokers, kafkaOpts, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
 		cfg.TracerProvider = tp
 		cfg.OmitMetrics = c.MetricsAddr != ""
 		cfg.ShutdownGrace, cfg.ShutdownTimeout = c.ShutdownGrace, c.ShutdownTimeout
@@ -90,7 +95,7 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	warnSmallTopics(ctx, e, brokers, srv.MaxRecordBytes(), c.RawTopic, c.DLQTopic)
+	warnSmallTopics(ctx, e, kafkaOpts, srv.MaxRecordBytes(), c.RawTopic, c.DLQTopic)
 	return srv.Run(ctx)
 }
 
@@ -101,7 +106,9 @@ func loadSources(path string) (map[string]*source.Source, error) {
 	return source.Load(path, drivers.Factories())
 }
 
-func newIngest(e *env, brokers []string, t topicFlags, f ingestFlags, sources map[string]*source.Source, opts ...func(*ingest.Config)) (*ingest.Server, error) {
+// newIngest is ingest on brokers, its Kafka client with kafkaOpts (TLS,
+// SASL: kafkaFlags.kafka).
+func newIngest(e *env, brokers []string, kafkaOpts []kgo.Opt, t topicFlags, f ingestFlags, sources map[string]*source.Source, opts ...func(*ingest.Config)) (*ingest.Server, error) {
 	cfg := ingest.Config{
 		Addr:                 f.HTTPAddr,
 		Sources:              sources,
@@ -116,7 +123,7 @@ func newIngest(e *env, brokers []string, t topicFlags, f ingestFlags, sources ma
 		Logger:               e.log.With("component", "ingest"),
 		Registerer:           e.reg,
 		Gatherer:             e.reg,
-		KafkaOpts:            []kgo.Opt{kafkaMetrics(e.reg, "ingest")},
+		KafkaOpts:            append(slices.Clip(kafkaOpts), kafkaMetrics(e.reg, "ingest")),
 	}
 	for _, opt := range opts {
 		opt(&cfg)
@@ -129,8 +136,8 @@ func newIngest(e *env, brokers []string, t topicFlags, f ingestFlags, sources ma
 
 // warnSmallTopics warns when a topic's max.message.bytes is below ingest's
 // largest record: its largest webhooks would be answered 503 forever.
-func warnSmallTopics(ctx context.Context, e *env, brokers []string, need int32, names ...string) {
-	adm, closeAdm, err := newAdmin(brokers)
+func warnSmallTopics(ctx context.Context, e *env, kafkaOpts []kgo.Opt, need int32, names ...string) {
+	adm, closeAdm, err := newAdmin(kafkaOpts)
 	if err != nil {
 		return
 	}
@@ -160,9 +167,10 @@ type processorFlags struct {
 	DBMaxConns      int32         `help:"Most Postgres connections (0: 2 per raw topic partition + 3, enough to own every partition; pool_max_conns in the URL wins over the default)." default:"0" env:"PAYSTREAM_DB_MAX_CONNS"`
 }
 
-// topicPartitions returns the number of partitions of topic.
-func topicPartitions(ctx context.Context, brokers []string, topic string) (int, error) {
-	adm, closeAdm, err := newAdmin(brokers)
+// topicPartitions returns the number of partitions of topic, asking with
+// kafkaOpts.
+func topicPartitions(ctx context.Context, kafkaOpts []kgo.Opt, topic string) (int, error) {
+	adm, closeAdm, err := newAdmin(kafkaOpts)
 	if err != nil {
 		return 0, err
 	}
@@ -198,7 +206,7 @@ partition's next offset. Scale by adding replicas, up to the raw topic's partiti
 }
 
 func (c *processorCmd) Run(ctx context.Context, e *env) error {
-	brokers, err := c.brokers()
+	brokers, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
 		return err
 	}
@@ -206,9 +214,12 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 	if err := c.dbFlags.required(); err != nil {
 		return err
 	}
+	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
+		return err
+	}
 	maxConns := c.DBMaxConns
 	if maxConns == 0 {
-		partitions, err := topicPartitions(ctx, brokers, c.RawTopic)
+		partitions, err := topicPartitions(ctx, kafkaOpts, c.RawTopic)
 		if err != nil {
 			return err
 		}
@@ -222,7 +233,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 	if err := serveMetrics(ctx, e, c.MetricsAddr, pool.Ping); err != nil {
 		return err
 	}
-	if err := checkRawPartitions(ctx, e, brokers, pool, c.RawTopic); err != nil {
+	if err := checkRawPartitions(ctx, e, kafkaOpts, pool, c.RawTopic); err != nil {
 		return err
 	}
 	var refetch map[string]*source.RefetchConfig
@@ -253,7 +264,7 @@ func (c *processorCmd) Run(ctx context.Context, e *env) error {
 		DedupRetention:    c.DedupRetention,
 		Logger:            e.log.With("component", "processor"),
 		Registerer:        e.reg,
-		KafkaOpts:         []kgo.Opt{kafkaMetrics(e.reg, "processor")},
+		KafkaOpts:         append(slices.Clip(kafkaOpts), kafkaMetrics(e.reg, "processor")),
 		TracerProvider:    tp,
 	})
 	if err != nil {
@@ -303,8 +314,14 @@ max_slot_wal_keep_size (watch paystream_sink_slot_lag_bytes and paystream_sink_s
 }
 
 func (c *sinkCmd) Run(ctx context.Context, e *env) error {
-	brokers, err := c.brokers()
+	brokers, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
+		return err
+	}
+	if err := c.dbFlags.required(); err != nil {
+		return err
+	}
+	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
 		return err
 	}
 	pool, err := c.pool(ctx)
@@ -317,6 +334,7 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 	}
 	r, err := sink.New(pool, sink.Config{
 		Brokers:           brokers,
+		KafkaOpts:         kafkaOpts,
 		Topic:             c.StateTopic,
 		CheckpointTopic:   c.CheckpointTopic,
 		HeartbeatInterval: c.HeartbeatInterval,

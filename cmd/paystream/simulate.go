@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/loadgen"
 	"github.com/paystream/paystream/internal/simulate"
@@ -107,6 +108,13 @@ func (c *simulateCmd) run(ctx context.Context, log *slog.Logger, stdout, stderr 
 	} else {
 		brokers, _ = c.brokers() // optional: records where the raw topic started
 	}
+	var kafkaOpts []kgo.Opt // TLS, SASL
+	if len(brokers) > 0 {
+		var err error
+		if kafkaOpts, err = c.opts(log, brokers); err != nil {
+			return err
+		}
+	}
 	var pool *pgxpool.Pool
 	if verify || c.DatabaseURL != "" {
 		var err error
@@ -127,13 +135,13 @@ func (c *simulateCmd) run(ctx context.Context, log *slog.Logger, stdout, stderr 
 		SourcesFile: c.Sources, IngestURL: c.URL, Payments: c.Payments, Duplicates: c.Duplicates, Reorder: c.Reorder,
 		Rate: float64(c.Rate), Burst: c.Burst, Concurrency: c.Concurrency, MaxDelay: c.MaxDelay, RetryLadder: c.RetryLadder,
 		RequestTimeout: c.Timeout, Seed: c.Seed, Drivers: drivers, GatewayListen: c.GatewayListen, Poison: c.Poison,
-		KafkaBrokers: brokers, RawTopic: c.RawTopic,
+		KafkaBrokers: brokers, KafkaOpts: kafkaOpts, RawTopic: c.RawTopic,
 	}
 	if len(brokers) == 0 {
 		cfg.RawTopic = ""
 	}
 	if pool != nil && !c.VerifyOnly {
-		sampler, err := simulate.NewSampler(simulate.SamplerConfig{Pool: pool, Group: c.Group, Topic: c.RawTopic, Brokers: brokers})
+		sampler, err := simulate.NewSampler(simulate.SamplerConfig{Pool: pool, Group: c.Group, Topic: c.RawTopic, Brokers: brokers, KafkaOpts: kafkaOpts})
 		if err != nil {
 			return err
 		}
@@ -177,7 +185,7 @@ func (c *simulateCmd) run(ctx context.Context, log *slog.Logger, stdout, stderr 
 	}
 	if verify {
 		rep, err := sim.Verify(ctx, simulate.Target{
-			Pool: pool, KafkaBrokers: brokers, RawTopic: c.RawTopic, StateTopic: c.StateTopic, Group: c.Group,
+			Pool: pool, KafkaBrokers: brokers, KafkaOpts: kafkaOpts, RawTopic: c.RawTopic, StateTopic: c.StateTopic, Group: c.Group,
 			DrainTimeout: c.DrainTimeout, StallLimit: c.StallLimit,
 			Progress: func(msg string) { status.show(false, "simulate: %s", msg) },
 		})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,8 +36,8 @@ joins no consumer group and commits nothing. Ctrl-C stops it.
   paystream tail --from-beginning --json --max 100 | jq .status`
 }
 
-func (c *tailCmd) Run(ctx context.Context) error {
-	brokers, err := c.brokers()
+func (c *tailCmd) Run(ctx context.Context, e *env) error {
+	_, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
 		return err
 	}
@@ -47,13 +48,13 @@ func (c *tailCmd) Run(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "waiting for new events on %s (Ctrl-C stops; --from-beginning for the history)\n", c.StateTopic)
 	}
 	return tail(ctx, tailConfig{
-		brokers: brokers, topic: c.StateTopic, fromBeginning: c.FromBeginning,
+		kafkaOpts: kafkaOpts, topic: c.StateTopic, fromBeginning: c.FromBeginning,
 		payment: c.Payment, json: c.JSON, max: c.Max,
 	}, os.Stdout)
 }
 
 type tailConfig struct {
-	brokers       []string
+	kafkaOpts     []kgo.Opt // seed brokers, TLS, SASL
 	topic         string
 	fromBeginning bool
 	payment       string
@@ -64,7 +65,7 @@ type tailConfig struct {
 // tail prints the state topic's events to out until ctx ends (a clean
 // stop) or cfg.max events were printed.
 func tail(ctx context.Context, cfg tailConfig, out io.Writer) error {
-	n, err := topicPartitions(ctx, cfg.brokers, cfg.topic)
+	n, err := topicPartitions(ctx, cfg.kafkaOpts, cfg.topic)
 	if err != nil {
 		return err
 	}
@@ -83,11 +84,10 @@ func tail(ctx context.Context, cfg tailConfig, out io.Writer) error {
 			parts[int32(p)] = start
 		}
 	}
-	cl, err := kgo.NewClient(
-		kgo.SeedBrokers(cfg.brokers...),
+	cl, err := kgo.NewClient(append(slices.Clip(cfg.kafkaOpts),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{cfg.topic: parts}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
+	)...)
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
