@@ -28,9 +28,9 @@ import (
 type devCmd struct {
 	DataDir      string   `help:"Directory for the embedded Kafka's and the private Postgres's data (kept between runs)." default:".data" env:"PAYSTREAM_DATA_DIR"`
 	KafkaBrokers []string `help:"Use these Kafka brokers instead of the embedded one (the TLS and SASL flags apply to them only)." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	DatabaseURL  string   `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
+	Partitions   int32    `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
 	kafkaSecurityFlags
-	DatabaseURL string `help:"Use this Postgres instead of a private cluster under --data-dir." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`
-	Partitions  int32  `help:"Partitions of the raw and state topics." default:"3" env:"PAYSTREAM_PARTITIONS"`
 	topicFlags
 	checkpointFlags
 	topicLayoutFlags

@@ -22,12 +22,12 @@ type migrateCmd struct {
 	topicFlags
 	checkpointFlags
 	topicLayoutFlags
-	KafkaBrokers []string `help:"Kafka seed brokers; when set, the topics are created (or their drift reported and safe configs fixed) and the raw topic's partition count is recorded." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	KafkaBrokers          []string `help:"Kafka seed brokers; when set, the topics are created (or their drift reported and safe configs fixed) and the raw topic's partition count is recorded." env:"PAYSTREAM_KAFKA_BROKERS" placeholder:"HOST:PORT"`
+	Partitions            int32    `help:"Partitions of the raw and state topics when creating them." default:"12" env:"PAYSTREAM_PARTITIONS"`
+	ReplicationFactor     int16    `help:"Replication factor when creating topics (-1: broker default). At 3 or more, topics get min.insync.replicas=2." default:"-1" env:"PAYSTREAM_REPLICATION_FACTOR"`
+	Sources               string   `help:"Sources file: the raw and DLQ topics' max.message.bytes is sized for its largest max_body_bytes (without it, for the default 1 MiB)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
+	AcceptPartitionChange bool     `help:"Record the raw topic's live partition count even though it differs from the recorded one (after following the README's procedure for changing partition counts)." env:"PAYSTREAM_ACCEPT_PARTITION_CHANGE"`
 	kafkaSecurityFlags
-	Partitions            int32  `help:"Partitions of the raw and state topics when creating them." default:"12" env:"PAYSTREAM_PARTITIONS"`
-	ReplicationFactor     int16  `help:"Replication factor when creating topics (-1: broker default). At 3 or more, topics get min.insync.replicas=2." default:"-1" env:"PAYSTREAM_REPLICATION_FACTOR"`
-	Sources               string `help:"Sources file: the raw and DLQ topics' max.message.bytes is sized for its largest max_body_bytes (without it, for the default 1 MiB)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
-	AcceptPartitionChange bool   `help:"Record the raw topic's live partition count even though it differs from the recorded one (after following the README's procedure for changing partition counts)." env:"PAYSTREAM_ACCEPT_PARTITION_CHANGE"`
 }
 
 // topicLayoutFlags configure the topics paystream migrate (and dev) create.
