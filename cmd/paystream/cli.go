@@ -128,11 +128,13 @@ func (k kafkaFlags) brokers() ([]string, error) {
 	return out, nil
 }
 
-// checkKafka connects to brokers once, at the start of a long-running
-// command: a wrong password, token, certificate or TLS setting ends the
-// command with one line naming the flag to fix, before it serves anything.
-// Brokers that cannot be reached at all only get a warning: the command
-// waits for them as it always has (ingest answers 503 meanwhile).
+// checkKafka connects to brokers once, as every command that talks to
+// Kafka does before its work: a wrong password, token, certificate or TLS
+// setting ends the command with one line naming the flag to fix, before it
+// serves or changes anything (franz-go would otherwise retry it, or report
+// it deep in another error). Brokers that cannot be reached at all only
+// get a warning: the command goes on as it always has (ingest answers 503
+// until they are back).
 func (s kafkaSecurityFlags) checkKafka(ctx context.Context, log *slog.Logger, brokers []string) error {
 	err := s.config(brokers).Check(ctx)
 	if errors.Is(err, kafkaconn.ErrUnreachable) {

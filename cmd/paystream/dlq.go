@@ -35,9 +35,12 @@ type dlqFlags struct {
 	Quiet        bool   `help:"No progress on stderr." short:"q"`
 }
 
-func (f *dlqFlags) open(log *slog.Logger, opts ...func(*dlq.Config)) (*dlq.Tool, error) {
+func (f *dlqFlags) open(ctx context.Context, log *slog.Logger, opts ...func(*dlq.Config)) (*dlq.Tool, error) {
 	brokers, kafkaOpts, err := f.kafka(log)
 	if err != nil {
+		return nil, err
+	}
+	if err := f.checkKafka(ctx, log, brokers); err != nil {
 		return nil, err
 	}
 	cfg := dlq.Config{Brokers: brokers, KafkaOpts: kafkaOpts, DLQTopic: f.DLQTopic, ReplaysTopic: f.ReplaysTopic}
@@ -141,7 +144,7 @@ func (c *dlqListCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	tool, err := c.open(e.log)
+	tool, err := c.open(ctx, e.log)
 	if err != nil {
 		return err
 	}
@@ -347,7 +350,7 @@ func showOutput(topic string, rec *dlq.Record, replays map[dlq.Position]dlq.Mark
 }
 
 func (c *dlqShowCmd) Run(ctx context.Context, e *env) error {
-	tool, err := c.open(e.log)
+	tool, err := c.open(ctx, e.log)
 	if err != nil {
 		return err
 	}
@@ -477,7 +480,7 @@ func (c *dlqReplayCmd) Run(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	tool, err := c.open(e.log, func(cfg *dlq.Config) {
+	tool, err := c.open(ctx, e.log, func(cfg *dlq.Config) {
 		cfg.RawTopic, cfg.MaxRecordBytes = c.RawTopic, maxRecord
 	})
 	if err != nil {

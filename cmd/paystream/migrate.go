@@ -59,6 +59,9 @@ func (c *migrateCmd) Run(ctx context.Context, e *env) error {
 		if kafkaOpts, err = c.opts(e.log, brokers); err != nil {
 			return err
 		}
+		if err := c.checkKafka(ctx, e.log, brokers); err != nil {
+			return err
+		}
 	}
 	pool, err := c.pool(ctx)
 	if err != nil {

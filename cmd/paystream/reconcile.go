@@ -75,6 +75,9 @@ func (c *reconcileCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
+	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
+		return err
+	}
 	report, err := reconcile.Run(ctx, reconcile.Config{
 		DB: pool, Brokers: brokers, KafkaOpts: kafkaOpts, StateTopic: c.StateTopic, DLQTopic: c.DLQTopic, ReplaysTopic: c.ReplaysTopic,
 		OlderThan: c.OlderThan, Since: c.Since, Settle: c.Settle,

@@ -50,6 +50,9 @@ func (c *republishCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
+	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
+		return err
+	}
 	var last time.Time
 	rep, err := sink.Republish(ctx, pool, sink.RepublishConfig{
 		Brokers:         brokers,

@@ -114,6 +114,9 @@ func (c *simulateCmd) run(ctx context.Context, log *slog.Logger, stdout, stderr 
 		if kafkaOpts, err = c.opts(log, brokers); err != nil {
 			return err
 		}
+		if err := c.checkKafka(ctx, log, brokers); err != nil {
+			return err
+		}
 	}
 	var pool *pgxpool.Pool
 	if verify || c.DatabaseURL != "" {

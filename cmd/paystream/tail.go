@@ -37,12 +37,15 @@ joins no consumer group and commits nothing. Ctrl-C stops it.
 }
 
 func (c *tailCmd) Run(ctx context.Context, e *env) error {
-	_, kafkaOpts, err := c.kafka(e.log)
+	brokers, kafkaOpts, err := c.kafka(e.log)
 	if err != nil {
 		return err
 	}
 	if c.Max < 0 {
 		return errors.New("--max must not be negative")
+	}
+	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
+		return err
 	}
 	if !c.FromBeginning && isTerminal(os.Stderr) {
 		fmt.Fprintf(os.Stderr, "waiting for new events on %s (Ctrl-C stops; --from-beginning for the history)\n", c.StateTopic)
