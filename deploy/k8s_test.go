@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -251,8 +252,8 @@ func (r *rendered) env(c corev1.Container, podName string) (map[string]string, e
 	return out, nil
 }
 
-// mountedFile returns the content of the file at path as a ConfigMap
-// volume mounted in the container provides it.
+// mountedFile returns the content of the file at path as a ConfigMap or
+// Secret volume mounted in the container provides it.
 func (r *rendered) mountedFile(pod corev1.PodSpec, c corev1.Container, path string) (string, error) {
 	for _, m := range c.VolumeMounts {
 		rel, ok := strings.CutPrefix(path, strings.TrimSuffix(m.MountPath, "/")+"/")
@@ -260,22 +261,53 @@ func (r *rendered) mountedFile(pod corev1.PodSpec, c corev1.Container, path stri
 			continue
 		}
 		for _, v := range pod.Volumes {
-			if v.Name != m.Name || v.ConfigMap == nil {
+			if v.Name != m.Name {
 				continue
 			}
-			cm, ok := r.ConfigMaps[v.ConfigMap.Name]
-			if !ok {
-				return "", fmt.Errorf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+			switch {
+			case v.ConfigMap != nil:
+				cm, ok := r.ConfigMaps[v.ConfigMap.Name]
+				if !ok {
+					return "", fmt.Errorf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
+				}
+				data, ok := cm.Data[rel]
+				if !ok {
+					return "", fmt.Errorf("ConfigMap %s has no key %s", cm.Name, rel)
+				}
+				return data, nil
+			case v.Secret != nil:
+				s, ok := r.Secrets[v.Secret.SecretName]
+				if !ok {
+					return "", fmt.Errorf("volume %s: no Secret %s", v.Name, v.Secret.SecretName)
+				}
+				data, ok := s.Data[rel]
+				if !ok {
+					return "", fmt.Errorf("Secret %s has no key %s", s.Name, rel)
+				}
+				return string(data), nil
 			}
-			data, ok := cm.Data[rel]
-			if !ok {
-				return "", fmt.Errorf("ConfigMap %s has no key %s", cm.Name, rel)
-			}
-			return data, nil
 		}
-		return "", fmt.Errorf("mount %s is not a ConfigMap volume", m.Name)
+		return "", fmt.Errorf("mount %s is not a ConfigMap or Secret volume", m.Name)
 	}
 	return "", fmt.Errorf("%s is on no mounted volume", path)
+}
+
+// mountedPaths returns the files a container's settings name, each to the
+// setting that names it: every PAYSTREAM_*_FILE variable (TLS and SASL of
+// Kafka) and the database URL's sslrootcert.
+func mountedPaths(env map[string]string) map[string]string {
+	out := map[string]string{}
+	for name, v := range env {
+		if strings.HasPrefix(name, "PAYSTREAM_") && strings.HasSuffix(name, "_FILE") && v != "" {
+			out[v] = name
+		}
+	}
+	if u, err := url.Parse(env["PAYSTREAM_DATABASE_URL"]); err == nil {
+		if root := u.Query().Get("sslrootcert"); root != "" {
+			out[root] = "PAYSTREAM_DATABASE_URL's sslrootcert"
+		}
+	}
+	return out
 }
 
 // listenPorts maps each port the container's PAYSTREAM_*_ADDR settings make
@@ -443,6 +475,16 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		} else if cmd == "ingest" {
 			t.Errorf("%s: no PAYSTREAM_SOURCES", where)
+		}
+		// Kafka's CA, password and token files and Postgres's CA are mounted
+		// (a Secret), and no password is set as a plain value.
+		for path, setting := range mountedPaths(env) {
+			if _, err := r.mountedFile(w.Pod.Spec, c, path); err != nil {
+				t.Errorf("%s: %s=%s: %v", where, setting, path, err)
+			}
+		}
+		if _, ok := env["PAYSTREAM_KAFKA_SASL_PASSWORD"]; ok {
+			t.Errorf("%s: sets PAYSTREAM_KAFKA_SASL_PASSWORD: mount the password and set PAYSTREAM_KAFKA_SASL_PASSWORD_FILE", where)
 		}
 
 		// Ports: what the container declares is what the binary listens on.

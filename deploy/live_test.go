@@ -99,6 +99,13 @@ func localProc(t *testing.T, r *rendered, w workload, podName string, overrides 
 		}
 		env["PAYSTREAM_SOURCES"] = local
 	}
+	// The Kafka connection's files must be mounted too (their placeholder
+	// contents are replaced through overrides by the stack's).
+	for path, setting := range mountedPaths(env) {
+		if _, err := r.mountedFile(w.Pod.Spec, c, path); err != nil {
+			t.Fatalf("%s: %s=%s: %v", podName, setting, path, err)
+		}
+	}
 	for k, v := range overrides {
 		env[k] = v
 	}
@@ -257,19 +264,27 @@ func TestManifestsRunOnTheBinary(t *testing.T) {
 	testenv.SkipIfShort(t)
 	r := render(t, exampleDir)
 	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
+	testenv.Kafka(t) // the cluster answers
+	// The overlay's Kafka is TLS with SCRAM-SHA-512 and its Postgres
+	// verify-full: the processes run with its settings on the stack's
+	// SASL_SSL listener and Postgres over TLS, only the addresses, user and
+	// the mounted files' contents being the stack's.
+	sec := testenv.Secured(t)
 	overrides := map[string]string{
-		"PAYSTREAM_KAFKA_BROKERS":           strings.Join(brokers, ","),
-		"PAYSTREAM_DATABASE_URL":            db.URL,
-		"PAYSTREAM_RAW_TOPIC":               testenv.Topic(t, "raw", 3),
-		"PAYSTREAM_STATE_TOPIC":             testenv.Topic(t, "state", 3),
-		"PAYSTREAM_DLQ_TOPIC":               testenv.Topic(t, "dlq", 3),
-		"PAYSTREAM_CHECKPOINT_TOPIC":        testenv.Topic(t, "ckpt", 1),
-		"PAYSTREAM_GROUP":                   testenv.Group(t),
-		"PAYSTREAM_PARTITIONS":              "3",
-		"PAYSTREAM_REPLICATION_FACTOR":      "1",
-		"PAYSTREAM_SINK_STANDBY_RETRY":      "200ms",
-		"PAYSTREAM_SINK_HEARTBEAT_INTERVAL": "1s",
+		"PAYSTREAM_KAFKA_BROKERS":            strings.Join(sec.SASLBrokers, ","),
+		"PAYSTREAM_KAFKA_SASL_USERNAME":      sec.Username,
+		"PAYSTREAM_KAFKA_TLS_CA_FILE":        sec.CAFile,
+		"PAYSTREAM_KAFKA_SASL_PASSWORD_FILE": sec.PasswordFile,
+		"PAYSTREAM_DATABASE_URL":             db.TLSURL(t),
+		"PAYSTREAM_RAW_TOPIC":                testenv.Topic(t, "raw", 3),
+		"PAYSTREAM_STATE_TOPIC":              testenv.Topic(t, "state", 3),
+		"PAYSTREAM_DLQ_TOPIC":                testenv.Topic(t, "dlq", 3),
+		"PAYSTREAM_CHECKPOINT_TOPIC":         testenv.Topic(t, "ckpt", 1),
+		"PAYSTREAM_GROUP":                    testenv.Group(t),
+		"PAYSTREAM_PARTITIONS":               "3",
+		"PAYSTREAM_REPLICATION_FACTOR":       "1",
+		"PAYSTREAM_SINK_STANDBY_RETRY":       "200ms",
+		"PAYSTREAM_SINK_HEARTBEAT_INTERVAL":  "1s",
 	}
 
 	migrate := localProc(t, r, r.workload(t, "migrate"), "paystream-migrate", overrides)
