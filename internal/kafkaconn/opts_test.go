@@ -151,3 +151,40 @@ func clientFirst(t *testing.T, m sasl.Mechanism) string {
 	}
 	return string(msg)
 }
+
+// TestAWSMSKIAM: the AWS_MSK_IAM mechanism signs with the credentials in
+// the environment when a connection authenticates (read then, not at
+// start), and its first message names the access key, never the secret.
+// Not parallel: it sets the environment.
+func TestAWSMSKIAM(t *testing.T) {
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDFIRST")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret-first")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_REGION", "us-east-1")
+	cfg := Config{Brokers: []string{"b-1.example.kafka.us-east-1.amazonaws.com:9098"}, TLS: true, SASLMechanism: "aws_msk_iam"}
+	opts, err := cfg.Opts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	mechs, _ := cl.OptValue(kgo.SASL).([]sasl.Mechanism)
+	if len(mechs) != 1 || mechs[0].Name() != "AWS_MSK_IAM" {
+		t.Fatalf("mechanisms %v, want AWS_MSK_IAM", mechs)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDROTATED")
+	_, msg, err := mechs[0].Authenticate(context.Background(), "b-1.example.kafka.us-east-1.amazonaws.com:9098")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := string(msg); !strings.Contains(s, "AKIDROTATED") || strings.Contains(s, "secret-first") || !strings.Contains(s, "us-east-1/kafka-cluster") {
+		t.Errorf("first message %s: want the current access key and region, not the secret", s)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", "")
+	if _, _, err := mechs[0].Authenticate(context.Background(), "b-1:9098"); err == nil || !strings.Contains(err.Error(), "AWS_ACCESS_KEY_ID") {
+		t.Errorf("without credentials: %v, want an error naming AWS_ACCESS_KEY_ID", err)
+	}
+}
