@@ -349,6 +349,10 @@ func TestLostSlotNotRecreated(t *testing.T) {
 func TestIdentityCollisionStopsRelay(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
+	// The slot first, so that event 1 is in it whenever the relay starts.
+	if err := setupSlotFor(b); err != nil {
+		t.Fatal(err)
+	}
 	r, err := sink.New(b.db.Pool, sink.Config{
 		Brokers: b.brokers, Topic: b.topic, CheckpointTopic: b.checkpoint,
 		HeartbeatInterval: 100 * time.Millisecond, StandbyRetry: 50 * time.Millisecond,

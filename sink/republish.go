@@ -248,9 +248,15 @@ func recreateSlot(ctx context.Context, pool *pgxpool.Pool, repl *pgconn.PgConn, 
 	if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
 		return 0, "", fmt.Errorf("drop what is left of slot %s: %w", slot, err)
 	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
-		Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT",
-	})
+	failover, err := failoverSlots(ctx, pool)
+	if err != nil {
+		return 0, "", err
+	}
+	create := fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput EXPORT_SNAPSHOT", slot)
+	if failover {
+		create = fmt.Sprintf("CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)", slot)
+	}
+	res, err := pglogrepl.ParseCreateReplicationSlot(repl.Exec(ctx, create))
 	if err != nil {
 		return 0, "", fmt.Errorf("create replication slot %s: %w", slot, err)
 	}

@@ -248,7 +248,16 @@ func createSlot(ctx context.Context, q querier, slot string) error {
 		return fmt.Errorf("look up replication slot %s: %w", slot, err)
 	}
 	if !exists {
-		_, err := q.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, slot)
+		failover, err := failoverSlots(ctx, q)
+		if err != nil {
+			return err
+		}
+		create := `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+		if failover {
+			// Postgres 17: standbys with sync_replication_slots keep a copy.
+			create = `SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`
+		}
+		_, err = q.Exec(ctx, create, slot)
 		switch {
 		case isSQLState(err, sqlstateInsufficientPrivilege):
 			return fmt.Errorf("create replication slot %s (grant the role REPLICATION: ALTER ROLE name REPLICATION): %w", slot, err)
@@ -266,6 +275,16 @@ func markPublication(ctx context.Context, q querier, slot, marker string) error 
 		return fmt.Errorf("mark publication %s: %w", slot, err)
 	}
 	return nil
+}
+
+// failoverSlots reports whether the server can keep a logical slot on its
+// standbys (failover slots, Postgres 17 and later).
+func failoverSlots(ctx context.Context, q querier) (bool, error) {
+	var version int
+	if err := q.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return false, fmt.Errorf("read server version: %w", err)
+	}
+	return version >= 170000, nil
 }
 
 // createPublication creates the (empty) publication named slot unless it
