@@ -805,7 +805,7 @@ cmd_down() {
   take_lock
   kafka_stop
   if PG_BIN=$(pg_bin_dir 2>/dev/null); then
-    pg_stop_dir "$PGS_DATA" standby
+    if [[ -f $PGS_DATA/PG_VERSION ]]; then pg_stop_dir "$PGS_DATA" standby; fi
     pg_stop
   fi
   if ((purge)); then
