@@ -7,9 +7,9 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"syscall"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
