@@ -128,8 +128,10 @@ type Relay struct {
 	pool    *pgxpool.Pool
 	log     *slog.Logger
 	metrics *metrics
-	// id is the relay's identity, set up by setup.
-	id Identity
+	// id is the relay's identity, set up by setup, and ceSource its
+	// records' ce_source.
+	id       Identity
+	ceSource []byte
 	// prefix is the state messages' prefix: the pool's current schema's.
 	prefix string
 	// keys are the checkpoint keys read at takeover: the identity's, and
@@ -313,6 +315,7 @@ func (r *Relay) setup(ctx context.Context) error {
 		return err
 	}
 	r.id = id
+	r.ceSource = []byte(CESource(id))
 	r.prefix = statelog.Prefix(id.Schema)
 	slot, err := setupSlot(ctx, r.pool, r.log, r.cfg.Slot, id.Database, id.Schema)
 	if err != nil {
@@ -512,6 +515,8 @@ type session struct {
 	inTxn   bool
 	txn     []*kgo.Record
 	txnTime time.Time // its commit time
+	// txnCETime is txnTime as the ce_time of its records.
+	txnCETime []byte
 
 	// Committed Postgres transactions waiting for a Kafka transaction:
 	// their records, the end LSN and commit time of the last of them, and
@@ -612,6 +617,7 @@ func (s *session) decoded(ctx context.Context, m pglogrepl.Message) error {
 	switch m := m.(type) {
 	case *pglogrepl.BeginMessage:
 		s.inTxn, s.txn, s.txnTime = true, s.txn[:0], m.CommitTime
+		s.txnCETime = ceTime(m.CommitTime)
 	case *pglogrepl.LogicalDecodingMessage:
 		if m.Prefix != s.r.prefix {
 			return nil // another schema's, a heartbeat, anyone else's
@@ -634,9 +640,9 @@ func (s *session) decoded(ctx context.Context, m pglogrepl.Message) error {
 			return fmt.Errorf("state message at %s: %w", m.LSN, err)
 		}
 		for _, ev := range events {
-			rec := &kgo.Record{Topic: s.r.cfg.Topic, Key: []byte(ev.Key), Value: ev.Payload}
-			rec.Headers = make([]kgo.RecordHeader, 0, len(ev.Headers)+1)
-			rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: envelope.HeaderEventID, Value: []byte(ev.EventID())})
+			key := []byte(ev.Key)
+			rec := &kgo.Record{Topic: s.r.cfg.Topic, Key: key, Value: ev.Payload}
+			rec.Headers = stateHeaders([]byte(ev.EventID()), key, s.txnCETime, s.r.ceSource, len(ev.Headers))
 			for _, h := range ev.Headers {
 				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 			}

@@ -206,13 +206,14 @@ func Republish(ctx context.Context, pool *pgxpool.Pool, cfg RepublishConfig) (Re
 		return rep, err
 	}
 	var records []*kgo.Record
+	source := []byte(CESource(id))
 	for _, t := range transitions {
 		eventID := envelope.StateEventID(t.PaymentKey, t.Version)
 		if onTopic[eventID] {
 			rep.OnTopic++
 			continue
 		}
-		rec, err := republishedRecord(cfg.Topic, t)
+		rec, err := republishedRecord(cfg.Topic, source, t)
 		if err != nil {
 			return rep, err
 		}
@@ -294,8 +295,8 @@ func quoteLiteral(s string) string {
 }
 
 // republishedRecord is the state record of t: the processor's state event,
-// with the payment's state now.
-func republishedRecord(topic string, t store.RecordedTransition) (*kgo.Record, error) {
+// with the payment's state now, its ce_time the transition's recorded_at.
+func republishedRecord(topic string, source []byte, t store.RecordedTransition) (*kgo.Record, error) {
 	var st payment.State
 	if err := json.Unmarshal(t.State, &st); err != nil {
 		return nil, fmt.Errorf("payment %s state: %w", t.PaymentKey, err)
@@ -324,10 +325,10 @@ func republishedRecord(topic string, t store.RecordedTransition) (*kgo.Record, e
 	if err != nil {
 		return nil, fmt.Errorf("encode state event %s: %w", ev.EventID, err)
 	}
-	return &kgo.Record{Topic: topic, Key: []byte(t.PaymentKey), Value: payload, Headers: []kgo.RecordHeader{
-		{Key: envelope.HeaderEventID, Value: []byte(ev.EventID)},
-		{Key: HeaderRepublished, Value: []byte("1")},
-	}}, nil
+	key := []byte(t.PaymentKey)
+	headers := stateHeaders([]byte(ev.EventID), key, ceTime(t.RecordedAt), source, 1)
+	headers = append(headers, kgo.RecordHeader{Key: HeaderRepublished, Value: []byte("1")})
+	return &kgo.Record{Topic: topic, Key: key, Value: payload, Headers: headers}, nil
 }
 
 // publishRepublished publishes records in Kafka transactions of at most
