@@ -37,7 +37,7 @@ func poison(format string, args ...any) error {
 // and what the log line of a stalled batch tells the operator to fix.
 const (
 	classPoison        = "poison"         // the record's own data; quarantined
-	classContention    = "contention"     // lock timeout, deadlock, serialization, a dedup race
+	classContention    = "contention"     // lock timeout, deadlock, serialization, a dedup race, a partition attached meanwhile
 	classConnection    = "connection"     // the connection to Postgres failed
 	classTimeout       = "timeout"        // a statement or the batch took too long
 	classPermission    = "permission"     // the role lacks a privilege
@@ -63,8 +63,9 @@ type failure struct {
 // quarantined or its batch retried. Only an error caused by the record's own
 // data may quarantine it: our own poisonError, and the SQLSTATE classes 22
 // (data exception), 23 (integrity violation, except 23505 unique_violation,
-// which two writers racing produce) and 54 (program limit exceeded: a value
-// too large). Everything else — a missing privilege or table, a lost
+// which two writers racing produce, and a 23514 check_violation naming no
+// constraint, which a delivery partition attached meanwhile produces) and
+// 54 (program limit exceeded: a value too large). Everything else — a missing privilege or table, a lost
 // connection, exhausted resources, an internal error, an unknown error —
 // would quarantine every record alike, so it stalls the partition instead
 // until someone fixes it.
@@ -75,6 +76,15 @@ func classify(err error) failure {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if pgErr.Code == "23514" && pgErr.ConstraintName == "" {
+			// check_violation naming no constraint: a row against a
+			// partition's bounds, not a CHECK of ours. Deliveries are
+			// routed by their recording time and the default partition
+			// takes any day, so only a partition attached or detached
+			// while the statement ran (retention creating tomorrow's)
+			// raises it: the retry routes the row anew.
+			return failure{class: classContention, code: pgErr.Code}
+		}
 		return classifySQLState(pgErr.Code)
 	}
 	switch {

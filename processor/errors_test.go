@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/paystream/paystream/internal/store"
+	"github.com/paystream/paystream/internal/testenv"
 )
 
 // TestClassify is the decision table: only an error caused by the record's
@@ -27,7 +32,10 @@ func TestClassify(t *testing.T) {
 		{"22P02 invalid text representation", pg("22P02"), true, classPoison},
 		{"22021 invalid UTF-8 / NUL", pg("22021"), true, classPoison},
 		{"22003 numeric out of range", pg("22003"), true, classPoison},
-		{"23514 check violation (unbalanced postings)", pg("23514"), true, classPoison},
+		{"23514 check violation (a movement of 0)", fmt.Errorf("write effects: %w",
+			&pgconn.PgError{Code: "23514", TableName: "ledger_movements", ConstraintName: "ledger_movements_amount_minor_check"}), true, classPoison},
+		{"23514 partition constraint (a partition attached meanwhile)", fmt.Errorf("write effects: %w",
+			&pgconn.PgError{Code: "23514", TableName: "deliveries_default"}), false, classContention},
 		{"23502 not null violation", pg("23502"), true, classPoison},
 		{"23503 foreign key violation", pg("23503"), true, classPoison},
 		{"54000 program limit (index row too large)", pg("54000"), true, classPoison},
@@ -74,5 +82,78 @@ func TestClassify(t *testing.T) {
 		if isPoison(err) {
 			t.Errorf("isPoison(%v) = true, want false", err)
 		}
+	}
+}
+
+// TestPartitionAttachedMeanwhileIsNotPoison reproduces on the real Postgres
+// the check_violation a batch gets when retention attaches the delivery
+// partition of the batch's day while the batch's INSERT runs: the
+// statement routed its row with the partitions it started with (to the
+// default partition), and the default partition's bounds changed under
+// it. The record is not at fault and the retry routes it anew, so the
+// failure must stall-and-retry, never quarantine. Before, every 23514 was
+// poison: the record was quarantined and its payment held.
+func TestPartitionAttachedMeanwhileIsNotPoison(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	ctx := t.Context()
+	day := time.Date(2091, 3, 4, 0, 0, 0, 0, time.UTC) // no partition yet: the row goes to the default one
+	gate := rand.Int64N(1<<31-1) + 1
+	insert := `
+		INSERT INTO deliveries (id, recorded_at, source, dedup_key, payment_key, status, topic, partition, kafka_offset, received_at)
+		SELECT nextval('deliveries_id_seq'), $1, 'acme', 'evt_attach', 'acme:pay_attach', 'processed', 'raw', 0, 0, now()
+		  FROM (SELECT pg_advisory_lock_shared($2)) AS gate`
+
+	// The INSERT starts, then waits at the gate (an advisory lock the test
+	// holds) after its executor set up routing and before it routes.
+	holder, err := db.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_lock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	inserted := make(chan error, 1)
+	go func() {
+		_, err := db.Pool.Exec(ctx, insert, day.Add(time.Hour), gate)
+		inserted <- err
+	}()
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		var waiting bool
+		if err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND objid = $1)`, gate).Scan(&waiting); err != nil {
+			return err
+		}
+		if !waiting {
+			return errors.New("the INSERT is not at the gate yet")
+		}
+		return nil
+	})
+	// Retention attaches the day's partition meanwhile.
+	if _, err := store.CreatePartition(ctx, db.Pool, store.PartitionOf(day)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_unlock($1)`, gate); err != nil {
+		t.Fatal(err)
+	}
+	err = <-inserted
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+		t.Fatalf("INSERT racing the ATTACH: %v, want SQLSTATE 23514 (the race this test stands for did not happen)", err)
+	}
+	t.Logf("Postgres: %s (SQLSTATE %s, table %s, constraint %q)", pgErr.Message, pgErr.Code, pgErr.TableName, pgErr.ConstraintName)
+	if f := classify(fmt.Errorf("write effects: %w", err)); f.poison || f.class != classContention {
+		t.Errorf("classify = {poison %v, class %s}, want a retried stall of class %s", f.poison, f.class, classContention)
+	}
+	// The retry routes the row to the new partition.
+	if _, err := db.Pool.Exec(ctx, insert, day.Add(time.Hour), gate); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	var part string
+	if err := db.Pool.QueryRow(ctx, `SELECT tableoid::regclass::text FROM deliveries WHERE dedup_key = 'evt_attach'`).Scan(&part); err != nil {
+		t.Fatal(err)
+	}
+	if want := store.PartitionOf(day).Name; part != want {
+		t.Errorf("retried row is in %s, want %s", part, want)
 	}
 }
