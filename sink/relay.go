@@ -52,6 +52,12 @@ type Config struct {
 	Brokers []string
 	// Topic is the normalized topic. Defaults to paystream.payments.state.v1.
 	Topic string
+	// LatestTopic, when set, is the compacted latest-state topic: every
+	// Kafka transaction also writes there the newest state event of each
+	// payment it carries, so the topic is exactly as consistent as the
+	// state topic. Run creates it (compacted, with the state topic's
+	// partitions) when missing. Defaults to "": none.
+	LatestTopic string
 	// CheckpointTopic holds, per relay identity, the WAL position the committed
 	// Kafka transactions reached. Run creates it (compacted, one
 	// partition) when missing. Defaults to DefaultCheckpointTopic.
@@ -336,7 +342,11 @@ func (r *Relay) setup(ctx context.Context) error {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	return ensureCheckpointTopic(ctx, kadm.NewClient(cl), r.cfg.CheckpointTopic)
+	adm := kadm.NewClient(cl)
+	if err := ensureCheckpointTopic(ctx, adm, r.cfg.CheckpointTopic); err != nil {
+		return err
+	}
+	return ensureLatestTopic(ctx, adm, r.cfg.Topic, r.cfg.LatestTopic)
 }
 
 // lead takes the slot, fences the previous relay's producer, reads the
@@ -715,6 +725,9 @@ func (s *session) publish(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	for _, rec := range latestRecords(s.r.cfg.LatestTopic, s.pending) {
+		s.cl.Produce(tctx, rec, promise)
 	}
 	s.cl.Produce(tctx, ckptRec, promise)
 	err = s.cl.Flush(tctx)

@@ -183,7 +183,7 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	relay, err := sink.New(pool, sink.Config{
-		Brokers: brokers, KafkaOpts: kafkaOpts, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic,
+		Brokers: brokers, KafkaOpts: kafkaOpts, Topic: c.StateTopic, CheckpointTopic: c.CheckpointTopic, LatestTopic: c.LatestTopic,
 		Logger: e.log.With("component", "sink"), Registerer: e.reg,
 		// No per-client kprom here yet (paystream sink has it). It was
 		// taken out while chasing a stall after a SIGKILL and restart on

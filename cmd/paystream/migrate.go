@@ -122,7 +122,7 @@ func topicLayout(t topicFlags, checkpoint string, f topicLayoutFlags, partitions
 		return topics.Layout{}, err
 	}
 	return topics.Layout{
-		Raw: t.RawTopic, State: t.StateTopic, DLQ: t.DLQTopic, Checkpoint: checkpoint,
+		Raw: t.RawTopic, State: t.StateTopic, DLQ: t.DLQTopic, Latest: t.LatestTopic, Checkpoint: checkpoint,
 		Partitions: partitions, DLQPartitions: f.DLQPartitions, ReplicationFactor: rf,
 		RawRetention: f.RawRetention, DLQRetention: f.DLQRetention,
 		MaxMessageBytes: maxRecord,

@@ -22,14 +22,16 @@ import (
 )
 
 type topicFlags struct {
-	RawTopic   string `help:"Raw webhook topic." default:"${raw_topic}" env:"PAYSTREAM_RAW_TOPIC"`
-	StateTopic string `help:"Normalized payment-state topic." default:"${state_topic}" env:"PAYSTREAM_STATE_TOPIC"`
-	DLQTopic   string `help:"Dead-letter topic for authentic events that cannot be processed." default:"${dlq_topic}" env:"PAYSTREAM_DLQ_TOPIC"`
+	RawTopic    string `help:"Raw webhook topic." default:"${raw_topic}" env:"PAYSTREAM_RAW_TOPIC"`
+	StateTopic  string `help:"Normalized payment-state topic." default:"${state_topic}" env:"PAYSTREAM_STATE_TOPIC"`
+	LatestTopic string `help:"Compacted topic holding each payment's newest state event, written in the sink's transactions, for bootstrapping new consumers (empty: none)." default:"${latest_topic}" env:"PAYSTREAM_LATEST_TOPIC"`
+	DLQTopic    string `help:"Dead-letter topic for authentic events that cannot be processed." default:"${dlq_topic}" env:"PAYSTREAM_DLQ_TOPIC"`
 }
 
 var topicVars = map[string]string{
 	"raw_topic":        envelope.TopicRaw,
 	"state_topic":      envelope.TopicState,
+	"latest_topic":     envelope.TopicLatest,
 	"dlq_topic":        envelope.TopicDLQ,
 	"checkpoint_topic": sink.DefaultCheckpointTopic,
 }
@@ -337,6 +339,7 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 		KafkaOpts:         kafkaOpts,
 		Topic:             c.StateTopic,
 		CheckpointTopic:   c.CheckpointTopic,
+		LatestTopic:       c.LatestTopic,
 		HeartbeatInterval: c.HeartbeatInterval,
 		StandbyRetry:      c.StandbyRetry,
 		Deployment:        c.Deployment,

@@ -9,6 +9,10 @@
 //	go run ./examples/consumer --brokers 127.0.0.1:9092
 //	2026-11-29T18:00:01Z acme:pay_123 v2 pending -> paid (capture 1050 BRL)
 //
+// With --bootstrap-from paystream.payments.latest.v1, a new group starts
+// from each payment's newest state (the compacted latest-state topic) and
+// then follows the state topic from where that snapshot ends (Bootstrap).
+//
 // It depends on franz-go only, not on paystream's packages: copy it.
 package main
 
@@ -26,6 +30,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -66,6 +71,7 @@ func main() {
 	brokers := flag.String("brokers", "127.0.0.1:9092", "Kafka seed brokers, comma-separated")
 	topic := flag.String("topic", "paystream.payments.state.v1", "payment-state topic")
 	group := flag.String("group", "paystream-example-consumer", "consumer group")
+	latest := flag.String("bootstrap-from", "", "a new group starts from this latest-state topic (paystream.payments.latest.v1) instead of the state topic's history")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -75,10 +81,34 @@ func main() {
 		log.Fatal(err)
 	}
 	defer cl.Close()
-	err = Consume(ctx, cl, NewDeduper(), func(ev StateEvent) error { return PrintTransition(os.Stdout, ev) })
+	d := NewDeduper()
+	show := func(ev StateEvent) error { return PrintTransition(os.Stdout, ev) }
+	if *latest != "" {
+		if err := bootstrapNewGroup(ctx, strings.Split(*brokers, ","), *topic, *latest, *group, d, show); err != nil {
+			log.Fatal(err)
+		}
+	}
+	err = Consume(ctx, cl, d, show)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatal(err)
 	}
+}
+
+// bootstrapNewGroup runs Bootstrap unless group has committed offsets.
+func bootstrapNewGroup(ctx context.Context, brokers []string, topic, latest, group string, d *Deduper, handle func(StateEvent) error) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	committed, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil {
+		return fmt.Errorf("fetch group %s's offsets: %w", group, err)
+	}
+	if len(committed) > 0 {
+		return nil // not new: go on from its offsets
+	}
+	return Bootstrap(ctx, brokers, topic, latest, group, d, handle)
 }
 
 // NewClient returns a group consumer of topic that reads only committed

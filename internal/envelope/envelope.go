@@ -18,6 +18,10 @@ import (
 const (
 	TopicRaw   = "paystream.webhooks.raw.v1"
 	TopicState = "paystream.payments.state.v1"
+	// TopicLatest is the compacted latest-state topic: each payment's
+	// newest state event, published in the same Kafka transaction as the
+	// state topic's.
+	TopicLatest = "paystream.payments.latest.v1"
 	TopicDLQ   = "paystream.webhooks.dlq.v1"
 )
 

@@ -49,6 +49,9 @@ const minInsync = 2
 type Layout struct {
 	// Raw, State and DLQ are the topic names. Required.
 	Raw, State, DLQ string
+	// Latest is the compacted latest-state topic (see LatestSpec).
+	// Defaults to "": none.
+	Latest string
 	// Checkpoint is the sink's checkpoint topic (see CheckpointSpec).
 	// Defaults to "": no checkpoint topic (paystream migrate and dev
 	// always name one).
@@ -121,10 +124,24 @@ func (l Layout) Specs() ([]Spec, error) {
 			ConfigCompressionType: compressionType,
 		}},
 	}
+	if l.Latest != "" {
+		specs = append(specs, LatestSpec(l.Latest, l.Partitions, l.ReplicationFactor))
+	}
 	if l.Checkpoint != "" {
 		specs = append(specs, CheckpointSpec(l.Checkpoint, l.ReplicationFactor))
 	}
 	return specs, nil
+}
+
+// LatestSpec is the latest-state topic: each payment's newest state event,
+// keyed by payment, so it is compacted (no time retention) and has the
+// state topic's partitions. A new consumer reads it whole instead of the
+// state topic's history (docs/consumers.md, "Starting a new consumer").
+func LatestSpec(name string, partitions int32, replicationFactor int16) Spec {
+	return Spec{Name: name, Partitions: partitions, ReplicationFactor: replicationFactor, Configs: map[string]string{
+		ConfigCleanupPolicy:   "compact",
+		ConfigCompressionType: compressionType,
+	}}
 }
 
 // CheckpointSpec is the sink's checkpoint topic: one record per replication
