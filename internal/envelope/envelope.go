@@ -22,7 +22,7 @@ const (
 	// newest state event, published in the same Kafka transaction as the
 	// state topic's.
 	TopicLatest = "paystream.payments.latest.v1"
-	TopicDLQ   = "paystream.webhooks.dlq.v1"
+	TopicDLQ    = "paystream.webhooks.dlq.v1"
 )
 
 // HeaderEventID is the Kafka record header carrying a state event's id.
