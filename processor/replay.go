@@ -27,6 +27,10 @@ var ErrOutcomeChanged = store.ErrOutcomeChanged
 // (batch transactions in flight; a frozen owner's until its session ends).
 const replayLockTimeout = 10 * time.Second
 
+// replayStatementTimeout bounds each statement of Replay's transaction, as
+// commitTimeout does a batch's.
+const replayStatementTimeout = commitTimeout
+
 // ReplayReport says what a replay did.
 type ReplayReport struct {
 	PaymentKey string
@@ -44,6 +48,12 @@ type ReplayOptions struct {
 	Skip []int64
 	// Now is the clock. Defaults to time.Now.
 	Now func() time.Time
+	// IdleInTransactionTimeout is how long Postgres keeps Replay's
+	// transaction open while Replay sends nothing (the operator's shell
+	// suspended, its network cut): then it ends the session, releasing the
+	// offset rows of every partition, which Replay locks. Negative leaves
+	// the server's setting. Defaults to 5s, the processor's default.
+	IdleInTransactionTimeout time.Duration
 }
 
 // Replay re-drives a held payment after the cause of its quarantine was
@@ -59,11 +69,18 @@ type ReplayOptions struct {
 // transaction) and writes each delivery outcome only if the row still has
 // the status it was read with. If one changed meanwhile, Replay rolls
 // back and returns ErrOutcomeChanged; running it again sees the new state.
-// It waits at most replayLockTimeout for batches in flight.
+// It waits at most replayLockTimeout for batches in flight, and its
+// transaction has a batch's server-side bounds (statement_timeout,
+// idle_in_transaction_session_timeout), so a replay that freezes holding
+// every partition's row is ended by Postgres, not left stalling them all.
 func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts ReplayOptions) (ReplayReport, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.IdleInTransactionTimeout == 0 {
+		opts.IdleInTransactionTimeout = 5 * time.Second
+	}
+	bounds := store.Bounds{IdleInTransaction: max(opts.IdleInTransactionTimeout, 0), Statement: replayStatementTimeout}
 	report := ReplayReport{PaymentKey: paymentKey, Replayed: map[string]int{}}
 	skip := map[int64]bool{}
 	for _, id := range opts.Skip {
@@ -76,7 +93,7 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 		// hold and its waiting events as the last writer committed them,
 		// and no batch decides an event of the payment meanwhile (see
 		// store.QueueLoadPayments).
-		if err := store.LockAllPartitions(ctx, tx, replayLockTimeout); err != nil {
+		if err := store.LockAllPartitions(ctx, tx, replayLockTimeout, bounds); err != nil {
 			return err
 		}
 		locked := map[string]*store.LoadedPayment{}

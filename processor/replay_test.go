@@ -37,7 +37,7 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `
 		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation'; END IF;
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation', CONSTRAINT = 'simulated_bug'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
@@ -139,7 +139,7 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `
 		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation'; END IF;
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation', CONSTRAINT = 'simulated_bug'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
@@ -240,7 +240,7 @@ func TestReplayWaitsForABatchInFlight(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `
 		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
-			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation'; END IF;
+			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation', CONSTRAINT = 'simulated_bug'; END IF;
 			RETURN NEW;
 		END $$;
 		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();
@@ -347,5 +347,36 @@ func TestReplayWaitsForABatchInFlight(t *testing.T) {
 	}
 	if status != "processed" {
 		t.Errorf("e2 (the refund) = %s/%s, want processed: Replay did not wait for the batch deciding it", status, reason)
+	}
+}
+
+// TestFrozenReplayIsEndedByPostgres: Replay locks every partition's offset
+// row for its transaction. A replay that freezes there (the operator's
+// shell suspended, its network cut) must have its session ended by
+// Postgres after the idle-in-transaction timeout, as a frozen batch's is,
+// so the partitions' workers go on. Before, Replay set no server-side
+// bound: the frozen session kept every partition's row, stalling every
+// worker, for as long as the freeze lasted.
+func TestFrozenReplayIsEndedByPostgres(t *testing.T) {
+	db := testenv.NewDB(t)
+	ctx := context.Background()
+	for partition := range int32(2) {
+		if _, err := claimIncarnation(ctx, db.Pool, "g", "raw", partition, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fz, pool := freezingPool(t, db, "FROM consumer_offsets ORDER BY group_id")
+	fz.armed.Store(true)
+	replayed := make(chan error, 1)
+	go func() {
+		_, err := Replay(ctx, pool, "acme:pay_frozen", ReplayOptions{})
+		replayed <- err
+	}()
+	pid := fz.waitFrozen(t)
+	took := waitSessionEnded(t, db, pid, 30*time.Second)
+	t.Logf("frozen replay session ended by Postgres %v after it locked every partition (default idle-in-transaction timeout 5s)", took.Round(100*time.Millisecond))
+	fz.thaw()
+	if err := <-replayed; err == nil {
+		t.Error("the thawed replay succeeded; its session was ended, so it must fail")
 	}
 }

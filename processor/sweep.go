@@ -201,8 +201,15 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 		return s.postpone(ctx, env.PaymentKey, ids)
 	}
 	var results []result
-	err = pgx.BeginFunc(ctx, s.p.pool, func(tx pgx.Tx) error {
-		if err := lockPartition(ctx, tx, s.p.cfg.Group, s.topic, s.partition, s.epoch); err != nil {
+	// The same bounds as a batch: a sweeper that freezes (or loses its
+	// network) inside the transaction has its session ended by Postgres
+	// after IdleInTransactionTimeout, releasing the partition's offset row
+	// for the worker and the partition's next owner.
+	txCtx, cancel := context.WithTimeout(ctx, commitTimeout)
+	defer cancel()
+	err = pgx.BeginFunc(txCtx, s.p.pool, func(tx pgx.Tx) error {
+		bounds := store.Bounds{IdleInTransaction: s.p.applier.idleTimeout, Statement: commitTimeout}
+		if err := lockPartition(txCtx, tx, s.p.cfg.Group, s.topic, s.partition, s.epoch, bounds); err != nil {
 			return err
 		}
 		key := env.PaymentKey
@@ -213,7 +220,7 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 		// decided; the update of each is guarded by that status too.
 		still := map[int64]bool{}
 		store.QueueStillDeferred(b, key, ids, still)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		if err := tx.SendBatch(txCtx, b).Close(); err != nil {
 			return fmt.Errorf("load payment: %w", err)
 		}
 		payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
@@ -231,7 +238,7 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 		pr := payments[key]
 		pr.waiting = slices.DeleteFunc(pr.waiting, func(w waiting) bool { return still[w.inboxID] })
 		var err error
-		results, err = s.p.applier.decide(ctx, tx, ds, payments)
+		results, err = s.p.applier.decide(txCtx, tx, ds, payments)
 		return err
 	})
 	if errors.Is(err, ErrFenced) || ctx.Err() != nil {
@@ -255,11 +262,11 @@ func (s *sweeper) postpone(ctx context.Context, paymentKey string, ids []int64) 
 	return store.Postpone(ctx, s.p.pool, paymentKey, ids)
 }
 
-// lockPartition locks the partition's offset row for the rest of tx and
-// fails with ErrFenced unless epoch is still the partition's owner epoch:
-// the fence every write on a partition's behalf goes through.
-func lockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, epoch int64) error {
-	_, owner, err := store.LockPartition(ctx, tx, group, topic, partition, store.Bounds{})
+// lockPartition locks the partition's offset row for the rest of tx, with
+// bounds, and fails with ErrFenced unless epoch is still the partition's
+// owner epoch: the fence every write on a partition's behalf goes through.
+func lockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, epoch int64, bounds store.Bounds) error {
+	_, owner, err := store.LockPartition(ctx, tx, group, topic, partition, bounds)
 	if errors.Is(err, store.ErrNoOffsetRow) {
 		return fmt.Errorf("%w: %w", ErrFenced, err)
 	}

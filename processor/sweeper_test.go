@@ -378,3 +378,37 @@ func TestThinFactNeverResumed(t *testing.T) {
 		t.Errorf("thin evt_y1 = %s/%s, payment %s; want deferred/%s and pending", status, reason, pstatus, reasonAwaitingRefetch)
 	}
 }
+
+// TestFrozenSweeperIsEndedByPostgres: the sweeper applies a refetched
+// answer in a transaction that locks its partition's offset row, like a
+// batch. A sweeper that freezes there must have its session ended by
+// Postgres after the idle-in-transaction timeout, as a frozen batch's is,
+// so the partition's worker and next owner go on. Before, the sweeper's
+// transaction set no server-side bound: the row stayed locked for as long
+// as the freeze lasted.
+func TestFrozenSweeperIsEndedByPostgres(t *testing.T) {
+	db := testenv.NewDB(t)
+	gw := gatewaytest.New(t)
+	p, epoch, _ := sweeperFixture(t, db, gw)
+	fz, pool := freezingPool(t, db, "ORDER BY partition FOR UPDATE")
+	p.pool = pool
+	s := newSweeper(p, zombieTopic, 0, epoch)
+	fz.armed.Store(true)
+	swept := make(chan error, 1)
+	go func() {
+		_, err := s.sweep(context.Background())
+		swept <- err
+	}()
+	pid := fz.waitFrozen(t)
+	took := waitSessionEnded(t, db, pid, 30*time.Second)
+	t.Logf("frozen sweeper session ended by Postgres %v after it locked the partition (default idle-in-transaction timeout 5s)", took.Round(100*time.Millisecond))
+	fz.thaw()
+	<-swept
+	var status string
+	if err := db.Pool.QueryRow(context.Background(), `SELECT status FROM deliveries WHERE event_id = 'evt_x1'`).Scan(&status); err != nil {
+		t.Fatal(err)
+	}
+	if status != "deferred" {
+		t.Errorf("evt_x1 = %s after the frozen sweep was ended, want still deferred (its transaction rolled back)", status)
+	}
+}

@@ -164,9 +164,11 @@ func QueueLockPartitions(b *pgx.Batch, group, topic string, partitions []int32, 
 // the consumer group (replay) then excludes every worker and sweeper until
 // it commits, whatever partition its payment's records are consumed from.
 // Every lock the rest of tx takes waits at most lockTimeout (SQLSTATE
-// 55P03 after); with every partition excluded, none should wait.
-func LockAllPartitions(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration) error {
+// 55P03 after); with every partition excluded, none should wait. bounds
+// are set for the rest of tx too, before the rows are locked.
+func LockAllPartitions(ctx context.Context, tx pgx.Tx, lockTimeout time.Duration, bounds Bounds) error {
 	b := &pgx.Batch{}
+	queueBounds(b, bounds)
 	b.Queue(`SELECT set_config('lock_timeout', $1, true)`, Millis(lockTimeout))
 	b.Queue(`SELECT count(*) FROM (SELECT 1 FROM consumer_offsets ORDER BY group_id, topic, partition FOR UPDATE) AS locked`)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
