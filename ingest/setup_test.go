@@ -75,7 +75,7 @@ sources:
   - name: hm
     driver: hmac
     secrets: ["` + hmSecret + `"]
-    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery}
+    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery, dedup_on_id_header: "true"}
   - name: pm
     driver: pagarme
     secrets: ["` + pmSecret + `"]

@@ -37,10 +37,17 @@ const (
 	OptionPrefix = "prefix"
 	// OptionEncoding is hex or base64. Defaults to hex.
 	OptionEncoding = "encoding"
-	// OptionIDHeader names a header carrying the sender's event id, used as
-	// EventID and dedup key. Defaults to none (a derived business key).
-	// The header is not covered by the signature.
+	// OptionIDHeader names a header carrying the sender's event id, kept
+	// as EventID. Defaults to none. The header is not covered by the
+	// signature, so it is the dedup key only with OptionDedupOnIDHeader.
 	OptionIDHeader = "id_header"
+	// OptionDedupOnIDHeader, "true", makes the id header's value the dedup
+	// key instead of the business key derived from the signed body: for
+	// senders whose distinct events can share payment, type, status,
+	// timestamp and refund id. Anyone replaying a captured body with a new
+	// id then gets past dedup (the state machine still ignores it as a
+	// duplicate fact). Defaults to false.
+	OptionDedupOnIDHeader = "dedup_on_id_header"
 )
 
 // Driver verifies and parses generic-HMAC webhooks. Build it with New.
@@ -50,6 +57,7 @@ type Driver struct {
 	prefix   string
 	base64   bool
 	idHeader string
+	idDedup  bool // the id header is the dedup key (OptionDedupOnIDHeader)
 	secrets  []*provider.Key
 	account  string
 }
@@ -67,6 +75,16 @@ func New(cfg provider.Config) (provider.Driver, error) {
 	}
 	if d.header == "" {
 		return nil, errors.New("hmac: Options.header: the signature header is required")
+	}
+	switch v := cfg.Options[OptionDedupOnIDHeader]; v {
+	case "", "false":
+	case "true":
+		if d.idHeader == "" {
+			return nil, errors.New("hmac: Options.dedup_on_id_header: needs Options.id_header")
+		}
+		d.idDedup = true
+	default:
+		return nil, fmt.Errorf("hmac: Options.dedup_on_id_header: %q is not true or false", v)
 	}
 	var err error
 	if d.newHash, err = algorithm(cfg.Options[OptionAlgorithm]); err != nil {
@@ -140,9 +158,10 @@ func (d *Driver) decode(s string) ([]byte, error) {
 }
 
 // Parse normalizes a body following paystream's payload convention. The
-// dedup key is the id header's value when OptionIDHeader is set and present,
-// else a business key derived from payment id, type, status, timestamp and
-// refund id.
+// dedup key is a business key derived from the signed body (payment id,
+// type, status, timestamp and refund id), or the id header's value when
+// OptionDedupOnIDHeader says to trust it and it is present. The id
+// header's value is the EventID either way.
 func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	ev, err := standardwebhooks.ParsePayload(r.Body, time.Time{})
 	if err != nil {
@@ -156,9 +175,9 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 			ev.EventID = id
 		}
 	}
-	key := ev.EventID
-	if key == "" {
-		key = provider.BusinessKey(ev.PaymentID, ev.Type, ev.Fact.Status, ev.Fact.OccurredAt, ev.Fact.RefundID)
+	key := provider.BusinessKey(ev.PaymentID, ev.Type, ev.Fact.Status, ev.Fact.OccurredAt, ev.Fact.RefundID)
+	if d.idDedup && ev.EventID != "" {
+		key = ev.EventID
 	}
 	ev.DedupKey = provider.ScopeKey(d.account, key)
 	return ev, nil

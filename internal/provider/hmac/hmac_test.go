@@ -26,13 +26,29 @@ var githubStyle = map[string]string{
 	OptionIDHeader:  "X-GitHub-Delivery",
 }
 
+// githubDedupOnID is githubStyle trusting the unsigned delivery id for the
+// dedup key.
+var githubDedupOnID = map[string]string{
+	OptionHeader:          "X-Hub-Signature-256",
+	OptionAlgorithm:       "sha256",
+	OptionPrefix:          "sha256=",
+	OptionEncoding:        "hex",
+	OptionIDHeader:        "X-GitHub-Delivery",
+	OptionDedupOnIDHeader: "true",
+}
+
 func harness(opts map[string]string) providertest.Harness {
+	var trusted []string
+	if opts[OptionDedupOnIDHeader] == "true" {
+		trusted = []string{opts[OptionIDHeader]}
+	}
 	return providertest.Harness{
-		New:         New,
-		Config:      provider.Config{Options: opts},
-		OldSecret:   "old-secret-7f3a",
-		NewSecret:   "new-secret-91bc",
-		WrongSecret: "wrong-secret-0000",
+		TrustedHeaders: trusted,
+		New:            New,
+		Config:         provider.Config{Options: opts},
+		OldSecret:      "old-secret-7f3a",
+		NewSecret:      "new-secret-91bc",
+		WrongSecret:    "wrong-secret-0000",
 		Sign: func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
 			sig, err := Sign(secret, opts[OptionAlgorithm], opts[OptionPrefix], opts[OptionEncoding], body)
 			if err != nil {
@@ -49,11 +65,11 @@ func harness(opts map[string]string) providertest.Harness {
 				r.Header.Set(h, strings.TrimPrefix(r.Header.Get(h), opts[OptionPrefix])+"00")
 			},
 		},
-		Fixtures: fixtures(opts[OptionIDHeader]),
+		Fixtures: fixtures(opts[OptionIDHeader], opts[OptionDedupOnIDHeader] == "true"),
 	}
 }
 
-func fixtures(idHeader string) []providertest.Fixture {
+func fixtures(idHeader string, dedupOnID bool) []providertest.Fixture {
 	paidAt := time.Date(2024, 6, 12, 19, 45, 0, 0, time.UTC)
 	paid := payment.Fact{Status: payment.StatusPaid, AmountMinor: 25990, Currency: "BRL", OccurredAt: paidAt}
 	body := []byte(`{"type":"payment.paid","timestamp":"2024-06-12T19:45:00Z","data":{"payment_id":"pay_8Jd2kQ","amount":25990,"currency":"BRL"}}`)
@@ -64,12 +80,18 @@ func fixtures(idHeader string) []providertest.Fixture {
 		{Name: "no timestamp", Body: []byte(`{"type":"payment.paid","data":{"payment_id":"p"}}`)},
 	}
 	if idHeader != "" {
+		// The id header is unsigned: it names the event, and keys dedup
+		// only where the config trusts it.
+		const id = "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+		key := derived
+		if dedupOnID {
+			key = id
+		}
 		fx = append(fx, providertest.Fixture{
 			Name:   "paid, id header",
 			Body:   body,
-			Header: http.Header{http.CanonicalHeaderKey(idHeader): {"72d3162e-cc78-11e3-81ab-4c9367dc0958"}},
-			Want: &provider.Event{EventID: "72d3162e-cc78-11e3-81ab-4c9367dc0958", DedupKey: "72d3162e-cc78-11e3-81ab-4c9367dc0958",
-				PaymentID: "pay_8Jd2kQ", Type: "payment.paid", Fact: paid},
+			Header: http.Header{http.CanonicalHeaderKey(idHeader): {id}},
+			Want:   &provider.Event{EventID: id, DedupKey: key, PaymentID: "pay_8Jd2kQ", Type: "payment.paid", Fact: paid},
 		})
 	}
 	return fx
@@ -78,9 +100,10 @@ func fixtures(idHeader string) []providertest.Fixture {
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	for name, opts := range map[string]map[string]string{
-		"github":      githubStyle,
-		"sha1 base64": {OptionHeader: "X-Signature", OptionAlgorithm: "sha1", OptionEncoding: "base64"},
-		"sha512":      {OptionHeader: "X-Webhook-Signature", OptionAlgorithm: "sha512", OptionPrefix: "sha512="},
+		"github":                           githubStyle,
+		"github, dedup on the delivery id": githubDedupOnID,
+		"sha1 base64":                      {OptionHeader: "X-Signature", OptionAlgorithm: "sha1", OptionEncoding: "base64"},
+		"sha512":                           {OptionHeader: "X-Webhook-Signature", OptionAlgorithm: "sha512", OptionPrefix: "sha512="},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -130,6 +153,8 @@ func TestNewRejects(t *testing.T) {
 		{Secrets: []string{"s"}, Options: map[string]string{OptionHeader: "X-Sig", OptionEncoding: "base32"}},
 		{Options: map[string]string{OptionHeader: "X-Sig"}},
 		{Secrets: []string{""}, Options: map[string]string{OptionHeader: "X-Sig"}},
+		{Secrets: []string{"s"}, Options: map[string]string{OptionHeader: "X-Sig", OptionDedupOnIDHeader: "true"}},
+		{Secrets: []string{"s"}, Options: map[string]string{OptionHeader: "X-Sig", OptionIDHeader: "X-Id", OptionDedupOnIDHeader: "yes"}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("New(%+v) accepted", cfg)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -50,6 +51,12 @@ type Harness struct {
 	// before money moves (Mercado Pago): the suite then requires
 	// NeedsRefetch on every parsed fixture.
 	RefetchAll bool
+	// TrustedHeaders are headers the signature does not cover that the
+	// driver's Config tells it to take the dedup key from (the hmac
+	// driver's dedup_on_id_header). Any other header the signature does
+	// not cover must leave the dedup key as it is: see "unsigned headers
+	// leave the dedup key".
+	TrustedHeaders []string
 	// SignBody is the body Sign is called with for the verification tests.
 	// Defaults to the first fixture's body.
 	SignBody []byte
@@ -256,6 +263,10 @@ func Run(t *testing.T, h Harness) {
 			})
 		}
 	})
+	t.Run("unsigned headers leave the dedup key", func(t *testing.T) {
+		t.Parallel()
+		unsignedHeadersKeepDedupKey(t, h)
+	})
 	t.Run("account scopes dedup key", func(t *testing.T) {
 		t.Parallel()
 		var fx *Fixture
@@ -423,4 +434,60 @@ func FuzzParse(f *testing.F, d provider.Driver) {
 			t.Fatalf("JSON round trip: %+v, %v; want %+v", back, err, ev)
 		}
 	})
+}
+
+// unsignedHeadersKeepDedupKey checks, for every accepted fixture whose
+// signed request verifies, that no header the signature does not cover
+// decides the dedup key: each header is changed in turn, and a change
+// that still verifies (the header is not signed) must parse to the same
+// dedup key, or fail to parse. Otherwise anyone holding one captured
+// delivery could replay its signed body past dedup with a fresh value,
+// once per value. Headers in h.TrustedHeaders are exempt: the source's
+// config chose to trust them.
+func unsignedHeadersKeepDedupKey(t *testing.T, h Harness) {
+	d := h.driver(t, h.OldSecret)
+	checked := 0
+	for _, fx := range h.Fixtures {
+		if fx.Want == nil {
+			continue
+		}
+		request := func() *provider.Request {
+			r := h.Sign(t, h.OldSecret, fx.Body, Now)
+			for k, v := range fx.Query {
+				if r.Query == nil {
+					r.Query = url.Values{}
+				}
+				r.Query[k] = v
+			}
+			for k, v := range fx.Header {
+				r.Header[k] = v
+			}
+			return r
+		}
+		r := request()
+		if d.Verify(r) != nil {
+			continue // the fixture's own headers replace signed ones: nothing to compare against
+		}
+		ev, err := d.Parse(r)
+		if err != nil {
+			t.Fatalf("fixture %s: Parse: %v", fx.Name, err)
+		}
+		for name := range r.Header {
+			if slices.ContainsFunc(h.TrustedHeaders, func(s string) bool { return http.CanonicalHeaderKey(s) == name }) {
+				continue
+			}
+			changed := request()
+			changed.Header.Set(name, changed.Header.Get(name)+"-replayed")
+			if d.Verify(changed) != nil {
+				continue // covered by the signature
+			}
+			checked++
+			got, err := d.Parse(changed)
+			if err == nil && got.DedupKey != ev.DedupKey {
+				t.Errorf("fixture %s: changing the unsigned header %s changed the dedup key from %q to %q: a replayed body gets past dedup",
+					fx.Name, name, ev.DedupKey, got.DedupKey)
+			}
+		}
+	}
+	t.Logf("%d unsigned header values changed", checked)
 }
