@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/payment"
+	"github.com/paystream/paystream/internal/retry"
 	"github.com/paystream/paystream/internal/store"
 )
 
@@ -74,7 +75,7 @@ func claimIncarnation(ctx context.Context, db store.DB, group, topic string, par
 func (p *Processor) claimPartition(ctx context.Context, topic string, partition int32) (claimed, error) {
 	topicID := p.topicID(ctx, topic)
 	start := time.Now()
-	backoff := 50 * time.Millisecond
+	backoff := retry.Policy{Initial: 50 * time.Millisecond, Max: p.cfg.RetryBackoffMax}.Backoff()
 	for {
 		c, err := claimIncarnation(ctx, p.pool, p.cfg.Group, topic, partition, topicID)
 		if err == nil {
@@ -94,13 +95,14 @@ func (p *Processor) claimPartition(ctx context.Context, topic string, partition 
 		default:
 			p.log.Info("partition still locked by its previous owner's transaction, waiting", "partition", partition, "waited", time.Since(start).Round(time.Millisecond))
 		}
+		wait := backoff.Again() // waiting for a lock its owner releases: poll, do not back off further
+		if !waiting {
+			wait = backoff.Next()
+		}
 		select {
 		case <-ctx.Done():
 			return claimed{}, errors.Join(ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		if !waiting {
-			backoff = min(backoff*2, p.cfg.RetryBackoffMax)
+		case <-time.After(wait):
 		}
 	}
 }

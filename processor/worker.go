@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/paystream/paystream/internal/retry"
 )
 
 // commitTimeout bounds one batch transaction, so a hung connection turns
@@ -224,7 +226,7 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 	// Events that need a refetch are recorded as awaiting_refetch; the
 	// partition's sweeper refetches them, so a slow gateway never holds
 	// the worker.
-	backoff := 50 * time.Millisecond
+	backoff := retry.Policy{Initial: 50 * time.Millisecond, Max: w.p.cfg.RetryBackoffMax}.Backoff()
 	for attempt := 0; ; attempt++ {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
@@ -267,8 +269,7 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 		select {
 		case <-w.quit:
 			return false
-		case <-time.After(backoff):
+		case <-time.After(backoff.Next()):
 		}
-		backoff = min(backoff*2, w.p.cfg.RetryBackoffMax)
 	}
 }

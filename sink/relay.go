@@ -43,6 +43,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/retry"
 	"github.com/paystream/paystream/internal/statelog"
 )
 
@@ -267,7 +268,7 @@ func (e *IdentityCollisionError) Unwrap() error { return e.Err }
 // failures (database, broker) it logs and retries, starting over from the
 // Kafka checkpoint.
 func (r *Relay) Run(ctx context.Context) error {
-	backoff := 100 * time.Millisecond
+	backoff := retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second}.Backoff()
 	ready := false // set up; standbys retrying the slot need not redo it
 	for ctx.Err() == nil {
 		var err error
@@ -293,7 +294,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			continue
 		case errors.Is(err, errSlotBusy):
 			r.log.Debug("slot busy, standing by", "slot", r.cfg.Slot)
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 			sleep(ctx, r.cfg.StandbyRetry)
 			continue
 		case err == nil:
@@ -301,9 +302,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		ready = false
 		r.metrics.errors.Inc()
-		r.log.Warn("slot relay failed, restarting from the checkpoint", "error", err, "backoff", backoff)
-		sleep(ctx, backoff)
-		backoff = min(backoff*2, 5*time.Second)
+		wait := backoff.Next()
+		r.log.Warn("slot relay failed, restarting from the checkpoint", "error", err, "backoff", wait)
+		sleep(ctx, wait)
 	}
 	return nil
 }
