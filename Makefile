@@ -9,6 +9,15 @@ DATA_DIR      ?= .data
 SOURCES       ?= deploy/sources.example.yaml
 STACK         := deploy/stack.sh
 FUZZTIME      ?= 60s
+BIN           ?= bin/paystream
+IMAGE         ?= paystream:local
+
+# What `paystream version` and paystream_build_info report: `git describe` of the checkout (a
+# tag, tag-N-gCOMMIT, or the commit; -dirty with uncommitted changes) and the commit. Set
+# them to stamp something else: make build VERSION=v1.2.0.
+VERSION       ?= $(shell git describe --tags --always --dirty 2>/dev/null)
+REVISION      ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS       := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 
 # Integration tests need a real Postgres and Kafka. Unless the caller points
 # PAYSTREAM_TEST_* at its own, bring up the local stack and use it.
@@ -24,11 +33,11 @@ help: ## Show this help.
 
 .PHONY: run
 run: build ## Run the whole pipeline in one process (embedded Kafka, private Postgres under .data/).
-	./bin/paystream dev --data-dir $(DATA_DIR) --sources $(SOURCES)
+	$(BIN) dev --data-dir $(DATA_DIR) --sources $(SOURCES)
 
 .PHONY: build
-build: ## Build bin/paystream.
-	$(GO) build -o bin/paystream ./cmd/paystream
+build: ## Build bin/paystream (BIN), stamped with VERSION and REVISION.
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/paystream
 
 .PHONY: test
 test: ## Run every test (race detector, shuffled) against the local stack, started if needed.
@@ -101,6 +110,13 @@ CONTAINER_PKGS ?= ./internal/testenv ./processor ./internal/e2e
 .PHONY: images
 images: ## Start Docker if needed and build the offline stand-in images (deploy/images.sh).
 	deploy/images.sh engine && deploy/images.sh build
+
+.PHONY: image
+image: ## Build the paystream image IMAGE from deploy/Dockerfile, stamped with VERSION and REVISION (PAYSTREAM_GO_IMAGE, PAYSTREAM_RUNTIME_IMAGE: its base images).
+	DOCKER_BUILDKIT=1 docker build -f deploy/Dockerfile -t $(IMAGE) \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		$(if $(PAYSTREAM_GO_IMAGE),--build-arg GO_IMAGE=$(PAYSTREAM_GO_IMAGE)) \
+		$(if $(PAYSTREAM_RUNTIME_IMAGE),--build-arg RUNTIME_IMAGE=$(PAYSTREAM_RUNTIME_IMAGE)) .
 
 .PHONY: compose-test
 compose-test: build ## docker-compose.yml end to end on the stand-ins: signed webhooks reach `paid` and the state topic.

@@ -24,9 +24,6 @@ import (
 	"github.com/paystream/paystream/internal/kafkaconn"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 // cli is the whole command line. Every flag can also be set through the
 // PAYSTREAM_* environment variable named in its help.
 type cli struct {
@@ -47,7 +44,7 @@ type cli struct {
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show and replay dead-lettered webhooks (the DLQ topic)."`
 	Tail      tailCmd      `cmd:"" help:"Print the payment-state topic as it grows (read_committed), for people and scripts."`
 	Simulate  simulateCmd  `cmd:"" help:"Simulate every gateway's payment histories against a running paystream and, with --verify, check the invariants I1–I10."`
-	Version   versionCmd   `cmd:"" help:"Print the version."`
+	Version   versionCmd   `cmd:"" help:"Print the version, the commit and the Go release paystream was built from."`
 }
 
 // kafkaFlags are shared by every command that talks to Kafka.
@@ -219,7 +216,7 @@ type env struct {
 
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoMetric(buildInfo()))
 	return reg
 }
 
@@ -317,11 +314,4 @@ func run(args []string) int {
 		return 1
 	}
 	return 0
-}
-
-type versionCmd struct{}
-
-func (versionCmd) Run() error {
-	fmt.Println("paystream", version)
-	return nil
 }

@@ -165,14 +165,6 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-func TestVersion(t *testing.T) {
-	t.Parallel()
-	r := paystream(t, nil, "version")
-	if r.code != 0 || !regexp.MustCompile(`^paystream \S+\n$`).MatchString(r.stdout) {
-		t.Errorf("version: exit %d, stdout %q, stderr %q; want 0 and \"paystream VERSION\"", r.code, r.stdout, r.stderr)
-	}
-}
-
 // TestMissingConfig: a command started without what it needs fails at
 // once, with a non-zero status and a message naming the flag and the
 // environment variable to set — before it connects to anything.
