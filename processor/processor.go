@@ -268,6 +268,9 @@ type Processor struct {
 	// stopRun ends Run with an error (ErrOffsetRolledBack); set by Run
 	// before any worker starts.
 	stopRun context.CancelCauseFunc
+
+	// retention gets the outcome of retentionLoop's runs.
+	retention *RetentionMetrics
 }
 
 // partitionOffsets is what the processor knows of an assigned partition's
@@ -306,6 +309,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 		copyNow: make(chan struct{}, 1),
 		room:    make(chan struct{}, 1),
 		tracer:  tracing.Tracer(cfg.TracerProvider, tracerName),
+	}
+	if p.retention, err = NewRetentionMetrics(cfg.Registerer); err != nil {
+		return nil, err
 	}
 	p.commits = newCommitter(p, cfg.Transactions)
 	if len(cfg.Refetch) > 0 {

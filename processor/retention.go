@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paystream/paystream/internal/store"
 )
@@ -48,6 +50,37 @@ type RetentionConfig struct {
 	Now func() time.Time
 	// Logger receives one line per step. Defaults to slog.Default().
 	Logger *slog.Logger
+	// Metrics, when set, receive the time of each run that succeeded
+	// (every step) and count those that failed; dry runs and runs that
+	// found the lock taken count as neither. Defaults to none.
+	Metrics *RetentionMetrics
+}
+
+// RetentionMetrics tell when retention last succeeded: a run that fails
+// every hour leaves the deliveries table and the dedup keys to grow.
+type RetentionMetrics struct {
+	lastSuccess prometheus.Gauge
+	failures    prometheus.Counter
+}
+
+// NewRetentionMetrics registers retention's metrics on reg.
+func NewRetentionMetrics(reg prometheus.Registerer) (*RetentionMetrics, error) {
+	m := &RetentionMetrics{
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "paystream_retention_last_success_timestamp_seconds",
+			Help: "When this process last ran retention to the end without an error (Unix seconds); 0 until it has.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "paystream_retention_failures_total",
+			Help: "Retention runs that failed in a step (partition creation, drop, expired rows); the other steps still ran.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.lastSuccess, m.failures} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register retention metrics: %w", err)
+		}
+	}
+	return m, nil
 }
 
 func (c *RetentionConfig) defaults() error {
@@ -105,14 +138,24 @@ type RetentionReport struct {
 // command is running it.
 var ErrRetentionBusy = store.ErrRetentionBusy
 
+// ddlAttempts is how many times one run tries a partition's creation or
+// drop that timed out waiting for a lock (a long transaction holds
+// deliveries); retryBackoff is the first wait between tries, doubled
+// after each.
+const (
+	ddlAttempts  = 5
+	retryBackoff = 500 * time.Millisecond
+)
+
 // Retention keeps the deliveries table's partitions and the dedup keys in
 // shape, under an advisory lock so one session does it at a time: it
-// creates the daily partitions of the coming days (moving rows that landed
-// in the default partition), drops the partitions older than
-// DeliveryRetention (moving their waiting deliveries out first), deletes
-// expired decided rows from the default partition and expired dedup keys,
-// in small batches. Each step commits on its own; a run cut short is
-// finished by the next.
+// creates the daily partitions of the coming days, and of the days whose
+// rows landed in the default partition (moving them in), drops the
+// partitions older than DeliveryRetention (moving their waiting
+// deliveries out first), deletes expired decided rows from the default
+// partition and expired dedup keys, in small batches. Each step commits
+// on its own, and a failed step does not stop the others: the error
+// returned joins every step's. A run cut short is finished by the next.
 func Retention(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
 	var r RetentionReport
 	if err := cfg.defaults(); err != nil {
@@ -130,62 +173,143 @@ func Retention(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Re
 	defer unlock()
 
 	now := cfg.Now().UTC()
-	log := cfg.Logger
+	cutoff := now.Add(-cfg.DeliveryRetention)
+	var errs []error
+	if err := createPartitions(ctx, pool, cfg, now, cutoff, &r); err != nil {
+		errs = append(errs, err)
+	}
+	if ctx.Err() != nil {
+		return r, errors.Join(append(errs, ctx.Err())...)
+	}
+	if err := dropPartitions(ctx, pool, cfg, cutoff, &r); err != nil {
+		errs = append(errs, err)
+	}
+	if ctx.Err() != nil {
+		return r, errors.Join(append(errs, ctx.Err())...)
+	}
+	if err := deleteExpired(ctx, pool, cfg, now, cutoff, &r); err != nil {
+		errs = append(errs, err)
+	}
+	err = errors.Join(errs...)
+	if cfg.Metrics != nil && !cfg.DryRun {
+		if err != nil {
+			cfg.Metrics.failures.Inc()
+		} else {
+			cfg.Metrics.lastSuccess.Set(float64(cfg.Now().UnixNano()) / 1e9)
+		}
+	}
+	return r, err
+}
+
+// createPartitions creates the partitions of today and the coming days,
+// and of the days still within the delivery retention whose rows wait in
+// the default partition (their day had no partition, e.g. no processor
+// ran retention for longer than PartitionsAhead days), moving those rows
+// in.
+func createPartitions(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig, now, cutoff time.Time, r *RetentionReport) error {
 	parts, err := store.ListPartitions(ctx, pool)
 	if err != nil {
-		return r, err
+		return err
 	}
 	have := map[string]bool{}
 	for _, p := range parts {
 		have[p.Name] = true
 	}
+	var want []store.Partition
 	for day := range cfg.PartitionsAhead + 1 {
-		p := store.PartitionOf(now.Add(time.Duration(day) * 24 * time.Hour))
+		want = append(want, store.PartitionOf(now.Add(time.Duration(day)*24*time.Hour)))
+	}
+	days, err := store.DefaultDays(ctx, pool, cutoff.Add(-24*time.Hour))
+	if err != nil {
+		return err
+	}
+	for _, d := range days {
+		if p := store.PartitionOf(d); p.Day.Add(24 * time.Hour).After(cutoff) {
+			want = append(want, p)
+		}
+	}
+	slices.SortFunc(want, func(a, b store.Partition) int { return a.Day.Compare(b.Day) })
+	want = slices.Compact(want)
+
+	log := cfg.Logger
+	var errs []error
+	for _, p := range want {
 		if have[p.Name] {
 			continue
 		}
-		r.Created = append(r.Created, p.Name)
 		if cfg.DryRun {
+			r.Created = append(r.Created, p.Name)
 			log.Info("would create partition", "partition", p.Name)
 			continue
 		}
-		moved, err := store.CreatePartition(ctx, pool, p)
+		var moved int64
+		err := retryDDL(ctx, log, p.Name, func() (err error) {
+			moved, err = store.CreatePartition(ctx, pool, p)
+			return err
+		})
 		if err != nil {
-			return r, err
+			errs = append(errs, err)
+			continue
 		}
+		r.Created = append(r.Created, p.Name)
 		r.MovedFromDefault += moved
 		log.Info("created partition", "partition", p.Name, "moved_from_default", moved)
 	}
+	return errors.Join(errs...)
+}
 
-	cutoff := now.Add(-cfg.DeliveryRetention)
+// dropPartitions drops the partitions whose whole day is older than
+// cutoff, their waiting deliveries moved to the default partition.
+func dropPartitions(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig, cutoff time.Time, r *RetentionReport) error {
+	parts, err := store.ListPartitions(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log := cfg.Logger
+	var errs []error
 	for _, p := range parts {
 		if p.Day.Add(24 * time.Hour).After(cutoff) {
 			break // parts are oldest first
 		}
-		r.Dropped = append(r.Dropped, p.Name)
 		if cfg.DryRun {
 			rows, waiting, err := store.PartitionRows(ctx, pool, p)
 			if err != nil {
-				return r, err
+				errs = append(errs, err)
+				continue
 			}
+			r.Dropped = append(r.Dropped, p.Name)
 			r.DroppedRows += rows - waiting
 			r.KeptWaiting += waiting
 			log.Info("would drop partition", "partition", p.Name, "rows", rows-waiting, "waiting_kept", waiting)
 			continue
 		}
-		dropped, kept, err := store.DropPartition(ctx, pool, p)
+		var dropped, kept int64
+		err := retryDDL(ctx, log, p.Name, func() (err error) {
+			dropped, kept, err = store.DropPartition(ctx, pool, p)
+			return err
+		})
 		if err != nil {
-			return r, err
+			errs = append(errs, err)
+			continue
 		}
+		r.Dropped = append(r.Dropped, p.Name)
 		r.DroppedRows += dropped
 		r.KeptWaiting += kept
 		log.Info("dropped partition", "partition", p.Name, "rows", dropped, "waiting_kept", kept)
 	}
+	return errors.Join(errs...)
+}
+
+// deleteExpired deletes the expired decided deliveries of the default
+// partition and the expired dedup keys (except those of waiting
+// deliveries), in batches.
+func deleteExpired(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig, now, cutoff time.Time, r *RetentionReport) error {
+	log := cfg.Logger
 	if !cfg.DryRun {
 		for {
 			n, err := store.DeleteExpiredDefault(ctx, pool, cutoff, cfg.DedupBatch)
 			if err != nil {
-				return r, err
+				return err
 			}
 			r.DefaultDeleted += n
 			if n < int64(cfg.DedupBatch) {
@@ -197,21 +321,21 @@ func Retention(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Re
 	dedupCutoff := now.Add(-cfg.DedupRetention)
 	keep, err := store.WaitingDeliveryIDs(ctx, pool)
 	if err != nil {
-		return r, err
+		return err
 	}
 	if cfg.DryRun {
 		n, err := store.CountExpiredDedupKeys(ctx, pool, dedupCutoff, keep)
 		if err != nil {
-			return r, err
+			return err
 		}
 		r.DedupDeleted = n
 		log.Info("would delete expired dedup keys", "keys", n, "before", dedupCutoff)
-		return r, nil
+		return nil
 	}
 	for {
 		n, err := store.DeleteExpiredDedupKeys(ctx, pool, dedupCutoff, keep, cfg.DedupBatch)
 		if err != nil {
-			return r, err
+			return err
 		}
 		r.DedupDeleted += n
 		if n < int64(cfg.DedupBatch) {
@@ -220,7 +344,26 @@ func Retention(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (Re
 		log.Debug("deleting expired dedup keys", "deleted", r.DedupDeleted)
 	}
 	log.Info("deleted expired dedup keys", "keys", r.DedupDeleted, "before", dedupCutoff)
-	return r, nil
+	return nil
+}
+
+// retryDDL runs step until it succeeds, fails with anything but a lock
+// timeout, or has been tried ddlAttempts times.
+func retryDDL(ctx context.Context, log *slog.Logger, partition string, step func() error) error {
+	wait := retryBackoff
+	for attempt := 1; ; attempt++ {
+		err := step()
+		if err == nil || !store.IsLockTimeout(err) || attempt == ddlAttempts {
+			return err
+		}
+		log.Info("partition step timed out waiting for a lock; retrying", "partition", partition, "attempt", attempt, "error", err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }
 
 // retentionLoop runs Retention at start and every RetentionInterval until
@@ -240,7 +383,7 @@ func (p *Processor) retentionLoop(ctx context.Context) {
 		}
 		_, err := Retention(ctx, p.pool, RetentionConfig{
 			DeliveryRetention: p.cfg.DeliveryRetention, DedupRetention: p.cfg.DedupRetention,
-			Now: p.cfg.Now, Logger: p.log.With("component", "retention"),
+			Now: p.cfg.Now, Logger: p.log.With("component", "retention"), Metrics: p.retention,
 		})
 		switch {
 		case ctx.Err() != nil:

@@ -3,10 +3,14 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/payment"
@@ -199,4 +203,184 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// TestRetentionRecoversAfterThreeDaysWithoutProcessor: a processor runs
+// on day 0 (its retention pass creates the partitions of days 0–3), then
+// none runs for three and a half days. On day 4 a processor comes back
+// whose retention does not run (as when every pass fails), and the
+// deliveries of days 4 and 5 land in the default partition. Then, while
+// records keep coming and one batch transaction holds a day-5 row
+// uncommitted, retention runs: it must succeed, create the partitions of
+// days 4 and 5 with their rows moved in, and lose nothing. Before, it
+// created only the coming days' partitions, so day 4's rows stayed in the
+// default partition, and day 5's creation moved the rows it saw and then
+// found the open batch's row in the default partition at ATTACH (23514):
+// every hourly run failed the same way while records came.
+func TestRetentionRecoversAfterThreeDaysWithoutProcessor(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDB(t)
+	brokers := testenv.Kafka(t)
+	raw := testenv.Topic(t, "raw", 1)
+	group := testenv.Group(t)
+	ctx := context.Background()
+	const day = 24 * time.Hour
+	day0 := time.Date(2031, 6, 1, 12, 0, 0, 0, time.UTC)
+	clock := &testClock{now: day0}
+
+	var mu sync.Mutex
+	produced, payments := 0, 0
+	records := func(n int) []*kgo.Record {
+		mu.Lock()
+		defer mu.Unlock()
+		var recs []*kgo.Record
+		for range n {
+			payments++
+			id := fmt.Sprintf("pay_%d", payments)
+			for _, s := range []payment.Status{payment.StatusPending, payment.StatusPaid} {
+				ev := provider.Event{EventID: id + "_" + string(s), DedupKey: id + "_" + string(s), PaymentID: id, Type: "payment." + string(s),
+					Fact: payment.Fact{Status: s, AmountMinor: 1000, Currency: "BRL", OccurredAt: clock.Now()}}
+				recs = append(recs, &kgo.Record{Topic: raw, Key: []byte("acme:" + id), Value: envelopeValue(t, "acme", "acme:"+id, ev)})
+			}
+		}
+		produced += len(recs)
+		return recs
+	}
+	waitCaughtUp := func() {
+		t.Helper()
+		mu.Lock()
+		end := int64(produced)
+		mu.Unlock()
+		testenv.WaitFor(t, 60*time.Second, func() error {
+			return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: end})
+		})
+	}
+	produce := func(n int) {
+		t.Helper()
+		produceRaw(t, brokers, records(n)...)
+		waitCaughtUp()
+	}
+	reg := prometheus.NewRegistry()
+	lastSuccess := func(reg *prometheus.Registry) float64 {
+		t.Helper()
+		return gaugeValue(t, reg, "paystream_retention_last_success_timestamp_seconds")
+	}
+
+	a := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, Now: clock.Now, RetentionInterval: time.Hour, Registerer: reg})
+	produce(10)
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if got, want := lastSuccess(reg), float64(day0.Unix()); got != want {
+			return fmt.Errorf("the processor's last retention success is %v, want day 0 (%v)", got, want)
+		}
+		return nil
+	})
+	a.stop()
+
+	clock.set(day0.Add(3*day + 13*time.Hour)) // day 4, 01:00: its partition was never made
+	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, Now: clock.Now, RetentionInterval: -1})
+	produce(10)
+	clock.set(day0.Add(4*day + 13*time.Hour)) // day 5, 01:00
+	produce(10)
+	stuck := count(t, db.Pool, `SELECT count(*) FROM deliveries_default`)
+	if stuck != 40 {
+		t.Fatalf("%d deliveries in the default partition before retention, want the 40 of days 4 and 5", stuck)
+	}
+
+	// Records keep coming while retention runs, and one batch has stored a
+	// day-5 row without committing yet.
+	stop, streamed := make(chan struct{}), make(chan error, 1)
+	go func() {
+		defer close(streamed)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if err := tryProduceRaw(brokers, records(1)...); err != nil {
+				streamed <- err
+				return
+			}
+		}
+	}()
+	open, committed := make(chan struct{}), make(chan error, 1)
+	go func() {
+		committed <- pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+			_, err := tx.Exec(ctx, `
+				INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_type, payment_key, status, topic, partition, kafka_offset, received_at)
+				VALUES (nextval('deliveries_id_seq'), $1, 'acme', 'open_batch', 'payment.paid', 'acme:open_batch', 'processed', 'other', 0, 0, $1)`, clock.Now())
+			close(open)
+			if err == nil {
+				time.Sleep(500 * time.Millisecond)
+			}
+			return err
+		})
+	}()
+	<-open
+	mreg := prometheus.NewRegistry()
+	m, err := processor.NewRetentionMetrics(mreg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := processor.Retention(ctx, db.Pool, processor.RetentionConfig{Now: clock.Now, Logger: testLogger(t), Metrics: m})
+	close(stop)
+	if err := <-committed; err != nil {
+		t.Fatalf("the open batch: %v", err)
+	}
+	if err := <-streamed; err != nil {
+		t.Fatal(err)
+	}
+	if err != nil {
+		t.Fatalf("retention after three days without a processor: %v", err)
+	}
+	waitCaughtUp()
+	t.Logf("retention on day 5: %+v", r)
+
+	for _, d := range []int{4, 5, 6, 7, 8} {
+		if p := store.PartitionOf(day0.Add(time.Duration(d) * day)).Name; !slices.Contains(r.Created, p) {
+			t.Errorf("retention created %v, not day %d's %s", r.Created, d, p)
+		}
+	}
+	if r.MovedFromDefault < int64(stuck) {
+		t.Errorf("moved %d rows from the default partition, want at least the %d stuck there", r.MovedFromDefault, stuck)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries_default`); n != 0 {
+		t.Errorf("%d deliveries left in the default partition", n)
+	}
+	if n := count(t, db.Pool, `
+		SELECT count(*) FROM deliveries
+		 WHERE tableoid::regclass::text <> 'deliveries_p' || to_char(recorded_at AT TIME ZONE 'UTC', 'YYYYMMDD')`); n != 0 {
+		t.Errorf("%d deliveries outside their day's partition", n)
+	}
+	mu.Lock()
+	want := produced
+	mu.Unlock()
+	if n := count(t, db.Pool, `SELECT count(DISTINCT dedup_key) FROM deliveries WHERE topic = $1 AND status = 'processed'`, raw); n != want {
+		t.Errorf("%d records stored and processed, want every one of the %d produced", n, want)
+	}
+	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE dedup_key = 'open_batch'`); n != 1 {
+		t.Errorf("the open batch's delivery: %d rows, want 1", n)
+	}
+	if n, want := count(t, db.Pool, `SELECT count(*) FROM payment_transitions`), want; n != want {
+		t.Errorf("%d transitions, want %d (created and paid of each payment)", n, want)
+	}
+	if got, want := lastSuccess(mreg), float64(clock.Now().Unix()); got != want {
+		t.Errorf("last success gauge %v after the run, want %v", got, want)
+	}
+}
+
+// gaugeValue returns the value of the gauge reg holds under name (0 if
+// it holds none).
+func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return 0
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Partition is one daily partition of deliveries: rows recorded in
@@ -53,22 +54,45 @@ func ListPartitions(ctx context.Context, db DB) ([]Partition, error) {
 	return out, nil
 }
 
-// ddlLockTimeout bounds how long partition DDL waits for a lock: it must
-// not queue the processor's inserts behind it for long. A timed-out step
-// is retried on the next run.
+// ddlLockTimeout bounds how long one partition DDL statement waits for a
+// lock: while it waits, the processor's batches queue behind it, so the
+// wait must stay short. A timed-out step fails with SQLSTATE 55P03
+// (IsLockTimeout) and is retried.
 const ddlLockTimeout = time.Second
 
-// CreatePartition creates p and attaches it to deliveries. Rows of p's day
-// that landed in the default partition meanwhile (retention did not run
-// ahead) move into it in the same transaction. It returns how many moved.
+// IsLockTimeout reports whether err is a lock wait that timed out
+// (SQLSTATE 55P03) or a deadlock (40P01): the step changed nothing and
+// can be tried again.
+func IsLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
+}
+
+// CreatePartition creates p and attaches it to deliveries, moving the rows
+// of p's day that landed in the default partition (its day had no
+// partition) into it. It returns how many moved.
+//
+// One transaction, which locks the default partition first (ATTACH needs
+// that lock anyway, to check the default holds no row of p's day): no
+// processor batch can then put a row of p's day into the default between
+// the move and the attach, which would fail the attach with 23514 every
+// run for as long as rows keep coming. The batches wait while the rows
+// move: the longer the day went without its partition, the longer. The
+// new table carries a CHECK of its range, so ATTACH does not scan it;
+// the CHECK is dropped after.
 func CreatePartition(ctx context.Context, db DB, p Partition) (moved int64, err error) {
 	name := pgx.Identifier{p.Name}.Sanitize()
 	from, to := p.Day, p.Day.Add(24*time.Hour)
+	lo, hi := `'`+from.Format(time.RFC3339)+`'`, `'`+to.Format(time.RFC3339)+`'`
 	err = pgx.BeginFunc(ctx, beginner{db}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, Millis(ddlLockTimeout)); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE deliveries INCLUDING DEFAULTS INCLUDING CONSTRAINTS)`); err != nil {
+		if _, err := tx.Exec(ctx, `LOCK TABLE deliveries_default IN ACCESS EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE `+name+` (LIKE deliveries INCLUDING DEFAULTS INCLUDING CONSTRAINTS,
+			CONSTRAINT retention_range CHECK (recorded_at >= `+lo+` AND recorded_at < `+hi+`))`); err != nil {
 			return err
 		}
 		ct, err := tx.Exec(ctx, `
@@ -78,8 +102,10 @@ func CreatePartition(ctx context.Context, db DB, p Partition) (moved int64, err 
 			return err
 		}
 		moved = ct.RowsAffected()
-		_, err = tx.Exec(ctx, `ALTER TABLE deliveries ATTACH PARTITION `+name+` FOR VALUES FROM ('`+
-			from.Format(time.RFC3339)+`') TO ('`+to.Format(time.RFC3339)+`')`)
+		if _, err := tx.Exec(ctx, `ALTER TABLE deliveries ATTACH PARTITION `+name+` FOR VALUES FROM (`+lo+`) TO (`+hi+`)`); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `ALTER TABLE `+name+` DROP CONSTRAINT retention_range`)
 		return err
 	})
 	if err != nil {
@@ -88,12 +114,44 @@ func CreatePartition(ctx context.Context, db DB, p Partition) (moved int64, err 
 	return moved, nil
 }
 
+// DefaultDays returns the days (UTC) of the rows in the default partition
+// recorded at or after since, oldest first: days that had no partition
+// when their rows were stored.
+func DefaultDays(ctx context.Context, db DB, since time.Time) ([]time.Time, error) {
+	rows, err := db.Query(ctx, `
+		SELECT DISTINCT date_trunc('day', recorded_at, 'UTC') AS day FROM deliveries_default
+		 WHERE recorded_at >= $1 ORDER BY day`, since)
+	if err != nil {
+		return nil, fmt.Errorf("list days in the default partition: %w", err)
+	}
+	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
+	if err != nil {
+		return nil, fmt.Errorf("list days in the default partition: %w", err)
+	}
+	for i, d := range days {
+		days[i] = d.UTC()
+	}
+	return days, nil
+}
+
 // DropPartition drops p. Its deferred and quarantined deliveries, which
-// wait for a predecessor, a refetch or an operator, are moved out first
-// into the default partition, in the same transaction: a waiting delivery
-// is never dropped. It returns how many rows were dropped and moved.
+// wait for a predecessor, a refetch or an operator, are moved into the
+// default partition first, in the same transaction: a waiting delivery is
+// never dropped. It returns how many rows were dropped and moved.
+//
+// DETACH holds ACCESS EXCLUSIVE on deliveries until the transaction ends
+// (DETACH CONCURRENTLY is refused while a default partition exists), and
+// every processor batch waits for it. So nothing under that lock reads
+// the whole partition: the rows are counted before it (a dropped day
+// gets no new rows), and the waiting ones are found through the
+// deliveries_waiting partial index. The lock is held for the time the
+// waiting rows take to move, whatever the day's size.
 func DropPartition(ctx context.Context, db DB, p Partition) (dropped, kept int64, err error) {
 	name := pgx.Identifier{p.Name}.Sanitize()
+	var total int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+name).Scan(&total); err != nil {
+		return 0, 0, fmt.Errorf("drop partition %s: count rows: %w", p.Name, err)
+	}
 	err = pgx.BeginFunc(ctx, beginner{db}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT set_config('lock_timeout', $1, true)`, Millis(ddlLockTimeout)); err != nil {
 			return err
@@ -101,22 +159,23 @@ func DropPartition(ctx context.Context, db DB, p Partition) (dropped, kept int64
 		if _, err := tx.Exec(ctx, `ALTER TABLE deliveries DETACH PARTITION `+name); err != nil {
 			return err
 		}
+		// The partial index holds only waiting rows; a sequential scan
+		// would read the whole day under the lock.
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+			return err
+		}
 		ct, err := tx.Exec(ctx, `INSERT INTO deliveries SELECT * FROM `+name+` WHERE status IN ('deferred', 'quarantined')`)
 		if err != nil {
 			return err
 		}
 		kept = ct.RowsAffected()
-		if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+name).Scan(&dropped); err != nil {
-			return err
-		}
-		dropped -= kept
 		_, err = tx.Exec(ctx, `DROP TABLE `+name)
 		return err
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("drop partition %s: %w", p.Name, err)
 	}
-	return dropped, kept, nil
+	return max(total-kept, 0), kept, nil
 }
 
 // PartitionRows counts p's rows, and those waiting (deferred, quarantined).
