@@ -40,6 +40,9 @@ type RepublishConfig struct {
 	KafkaOpts []kgo.Opt
 	// Topic is the state topic. Defaults to paystream.payments.state.v1.
 	Topic string
+	// LatestTopic is the relay's Config.LatestTopic: the republished events
+	// update it too. Defaults to "": none.
+	LatestTopic string
 	// CheckpointTopic is the relay's checkpoint topic. Defaults to
 	// DefaultCheckpointTopic.
 	CheckpointTopic string
@@ -213,7 +216,7 @@ func Republish(ctx context.Context, pool *pgxpool.Pool, cfg RepublishConfig) (Re
 			rep.OnTopic++
 			continue
 		}
-		rec, err := republishedRecord(cfg.Topic, source, t)
+		rec, err := stateRecord(cfg.Topic, source, t, HeaderRepublished)
 		if err != nil {
 			return rep, err
 		}
@@ -294,9 +297,10 @@ func quoteLiteral(s string) string {
 	return string(append(out, '\''))
 }
 
-// republishedRecord is the state record of t: the processor's state event,
-// with the payment's state now, its ce_time the transition's recorded_at.
-func republishedRecord(topic string, source []byte, t store.RecordedTransition) (*kgo.Record, error) {
+// stateRecord is the record on topic of t's state event, as the processor
+// builds it but with the payment's state now, its ce_time t's recorded_at,
+// and a header mark set to 1 (HeaderRepublished, HeaderBackfilled).
+func stateRecord(topic string, source []byte, t store.RecordedTransition, mark string) (*kgo.Record, error) {
 	var st payment.State
 	if err := json.Unmarshal(t.State, &st); err != nil {
 		return nil, fmt.Errorf("payment %s state: %w", t.PaymentKey, err)
@@ -327,7 +331,7 @@ func republishedRecord(topic string, source []byte, t store.RecordedTransition) 
 	}
 	key := []byte(t.PaymentKey)
 	headers := stateHeaders([]byte(ev.EventID), key, ceTime(t.RecordedAt), source, 1)
-	headers = append(headers, kgo.RecordHeader{Key: HeaderRepublished, Value: []byte("1")})
+	headers = append(headers, kgo.RecordHeader{Key: mark, Value: []byte("1")})
 	return &kgo.Record{Topic: topic, Key: key, Value: payload, Headers: headers}, nil
 }
 
@@ -342,8 +346,9 @@ func publishRepublished(ctx context.Context, cl *kgo.Client, cfg RepublishConfig
 		n := min(cfg.TransactionEvents, len(records)-done)
 		batch := records[done : done+n]
 		last := done+n == len(records)
+		batch = append(batch[:n:n], latestRecords(cfg.LatestTopic, batch)...)
 		if last {
-			batch = append(batch[:n:n], ckptRec)
+			batch = append(batch, ckptRec)
 		}
 		if err := produceTransaction(ctx, cl, batch); err != nil {
 			return err

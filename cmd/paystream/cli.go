@@ -39,6 +39,7 @@ type cli struct {
 	Loadgen   loadgenCmd   `cmd:"" help:"Send correctly signed webhooks to an ingest at a target rate and report throughput and latency."`
 	Replay    replayCmd    `cmd:"" help:"Re-drive a held payment's quarantined events after a fix, exactly once."`
 	Retention retentionCmd `cmd:"" help:"Create the coming days' delivery partitions, drop expired ones and delete expired dedup keys."`
+	Backfill  backfillCmd  `cmd:"" help:"Rebuild the compacted latest-state topic from Postgres (each payment's newest state event)."`
 	Republish republishCmd `cmd:"" help:"After a Postgres failover lost the sink's replication slot: publish again the state events it may not have relayed, and recreate the slot."`
 	Reconcile reconcileCmd `cmd:"" help:"Check ledger against payment state, waiting payments, state events on the topic and the DLQ; exit 3 on drift."`
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show and replay dead-lettered webhooks (the DLQ topic)."`

@@ -59,6 +59,7 @@ func (c *republishCmd) Run(ctx context.Context, e *env) error {
 		KafkaOpts:       kafkaOpts,
 		Topic:           c.StateTopic,
 		CheckpointTopic: c.CheckpointTopic,
+		LatestTopic:     c.LatestTopic,
 		Deployment:      c.Deployment,
 		Since:           c.Since,
 		Margin:          c.Margin,

@@ -76,18 +76,20 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	d := NewDeduper()
+	show := func(ev StateEvent) error { return PrintTransition(os.Stdout, ev) }
+	if *latest != "" {
+		// Before the group's client exists: a new group gets its offsets
+		// from Bootstrap, and a member joining first would refuse them.
+		if err := bootstrapNewGroup(ctx, strings.Split(*brokers, ","), *topic, *latest, *group, d, show); err != nil {
+			log.Fatal(err)
+		}
+	}
 	cl, err := NewClient(strings.Split(*brokers, ","), *topic, *group)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer cl.Close()
-	d := NewDeduper()
-	show := func(ev StateEvent) error { return PrintTransition(os.Stdout, ev) }
-	if *latest != "" {
-		if err := bootstrapNewGroup(ctx, strings.Split(*brokers, ","), *topic, *latest, *group, d, show); err != nil {
-			log.Fatal(err)
-		}
-	}
 	err = Consume(ctx, cl, d, show)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		log.Fatal(err)

@@ -33,13 +33,18 @@ type relayRun struct {
 // the returned service is stopped.
 func startRelay(t *testing.T, pool *pgxpool.Pool, brokers []string, state, ckpt string) *relayRun {
 	t.Helper()
+	return startRelayWith(t, pool, sink.Config{Brokers: brokers, Topic: state, CheckpointTopic: ckpt})
+}
+
+// startRelayWith runs a relay on pool with cfg's topics, the test's logger,
+// a registry of its own and short retries.
+func startRelayWith(t *testing.T, pool *pgxpool.Pool, cfg sink.Config) *relayRun {
+	t.Helper()
 	reg := prometheus.NewRegistry()
-	relay, err := sink.New(pool, sink.Config{
-		Brokers: brokers, Topic: state, CheckpointTopic: ckpt,
-		MaxBatchDelay: 5 * time.Millisecond, HeartbeatInterval: time.Second,
-		StandbyRetry: 100 * time.Millisecond, LostSlotRetry: 200 * time.Millisecond,
-		Logger: testLogger(t), Registerer: reg,
-	})
+	cfg.MaxBatchDelay, cfg.HeartbeatInterval = 5*time.Millisecond, time.Second
+	cfg.StandbyRetry, cfg.LostSlotRetry = 100*time.Millisecond, 200*time.Millisecond
+	cfg.Logger, cfg.Registerer = testLogger(t), reg
+	relay, err := sink.New(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,18 +51,60 @@ func TransitionsSince(ctx context.Context, db DB, since time.Time) ([]RecordedTr
 	if err != nil {
 		return nil, fmt.Errorf("read transitions since %s: %w", since.Format(time.RFC3339), err)
 	}
+	out, err := collectRecorded(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read transitions since %s: %w", since.Format(time.RFC3339), err)
+	}
+	return out, nil
+}
+
+// collectRecorded scans rows of RecordedTransition's columns.
+func collectRecorded(rows pgx.Rows) ([]RecordedTransition, error) {
 	var out []RecordedTransition
 	var r RecordedTransition
 	var state string
-	_, err = pgx.ForEachRow(rows, []any{&r.PaymentKey, &r.Version, &r.From, &r.To, &r.Kind, &r.AmountMinor, &r.Currency,
+	_, err := pgx.ForEachRow(rows, []any{&r.PaymentKey, &r.Version, &r.From, &r.To, &r.Kind, &r.AmountMinor, &r.Currency,
 		&r.RefundID, &r.RecordedAt, &r.Source, &r.PaymentID, &state, &r.SourceEventID, &r.OccurredAt}, func() error {
 		r.State = []byte(state)
 		out = append(out, r)
 		r.OccurredAt = nil
 		return nil
 	})
+	return out, err
+}
+
+// NewestTransitions returns, by payment key after after, at most limit
+// payments' newest transitions (the one of payments.version), with what
+// their state events carry: a page of `paystream backfill`, which rebuilds
+// the latest-state topic from them in one snapshot.
+func NewestTransitions(ctx context.Context, db DB, after string, limit int) ([]RecordedTransition, error) {
+	rows, err := db.Query(ctx, `
+		SELECT t.payment_key, t.version, t.from_status, t.to_status, t.kind, t.amount_minor, t.currency,
+		       coalesce(t.refund_id, ''), t.created_at, p.source, p.payment_id, p.state::text,
+		       coalesce(d.event_id, ''), d.occurred_at
+		  FROM payments p
+		  JOIN payment_transitions t ON t.payment_key = p.payment_key AND t.version = p.version
+		  LEFT JOIN LATERAL (
+		       SELECT event_id, occurred_at FROM deliveries d
+		        WHERE d.payment_key = t.payment_key AND d.id = t.delivery_id LIMIT 1) d ON true
+		 WHERE p.payment_key > $1
+		 ORDER BY p.payment_key
+		 LIMIT $2`, after, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read transitions since %s: %w", since.Format(time.RFC3339), err)
+		return nil, fmt.Errorf("read newest transitions after %q: %w", after, err)
+	}
+	out, err := collectRecorded(rows)
+	if err != nil {
+		return nil, fmt.Errorf("read newest transitions after %q: %w", after, err)
 	}
 	return out, nil
+}
+
+// CountPayments counts the payments with a transition.
+func CountPayments(ctx context.Context, db DB) (int64, error) {
+	var n int64
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM payments WHERE version > 0`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count payments: %w", err)
+	}
+	return n, nil
 }
