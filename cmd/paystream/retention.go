@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/paystream/paystream/processor"
 )
 
@@ -19,14 +21,16 @@ type retentionFlags struct {
 type retentionCmd struct {
 	dbFlags
 	retentionFlags
-	DryRun bool `help:"Report what would be created, dropped and deleted; change nothing."`
+	DryRun      bool   `help:"Report what would be created, dropped and deleted; change nothing."`
+	MetricsFile string `help:"After a successful run, write the retention metrics (paystream_retention_last_success_timestamp_seconds: now) to this file in Prometheus text format, for node_exporter's textfile collector (when a scheduler runs retention instead of the processors)." type:"path" placeholder:"FILE"`
 }
 
 func (c *retentionCmd) Help() string {
 	return `Deliveries live in daily partitions of the deliveries table; dedup keys in the narrow dedup_keys
 table. retention creates the coming days' partitions, drops the partitions older than
 --delivery-retention (their deferred and quarantined deliveries are moved out first, never
-dropped), and deletes dedup keys older than --dedup-retention in small batches. The processor does
+dropped), and deletes dedup keys older than --dedup-retention in small batches. Rows that landed in
+the default partition because their day had no partition are moved into one. The processor does
 the same once an hour; an advisory lock makes one session do it at a time. Safe to run any time.
 
 Example:
@@ -40,14 +44,27 @@ func (c *retentionCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer pool.Close()
+	reg := prometheus.NewRegistry()
+	m, err := processor.NewRetentionMetrics(reg)
+	if err != nil {
+		return err
+	}
 	r, err := processor.Retention(ctx, pool, processor.RetentionConfig{
 		DeliveryRetention: c.DeliveryRetention, DedupRetention: c.DedupRetention,
-		DryRun: c.DryRun, Logger: e.log,
+		DryRun: c.DryRun, Logger: e.log, Metrics: m,
 	})
 	if errors.Is(err, processor.ErrRetentionBusy) {
 		return fmt.Errorf("another processor or retention command is running retention; try again later: %w", err)
 	}
-	if err != nil {
+	// Written only after a success: the file keeps the last success's
+	// time, which a failed run must not erase.
+	if err == nil && c.MetricsFile != "" && !c.DryRun {
+		if err := prometheus.WriteToTextfile(c.MetricsFile, reg); err != nil {
+			return fmt.Errorf("write metrics file: %w", err)
+		}
+	}
+	// A failed step does not stop the others: what they did is printed too.
+	if err != nil && len(r.Created) == 0 && len(r.Dropped) == 0 && r.DefaultDeleted == 0 && r.DedupDeleted == 0 {
 		return err
 	}
 	verb := map[bool]string{true: "would ", false: ""}[c.DryRun]
@@ -57,5 +74,5 @@ func (c *retentionCmd) Run(ctx context.Context, e *env) error {
 		fmt.Printf("deleted %d expired deliveries from the default partition\n", r.DefaultDeleted)
 	}
 	fmt.Printf("%sdelete %d expired dedup keys\n", verb, r.DedupDeleted)
-	return nil
+	return err
 }
