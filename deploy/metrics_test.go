@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/model/rulefmt"
 	promql "github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/paystream/paystream/deploy"
 )
 
 const (
@@ -351,8 +353,9 @@ func githubAnchors(t *testing.T, path string) map[string]bool {
 // query with its PromQL parser, and checks that each names only series the
 // Go code declares (paystream_* metrics, histograms as _bucket/_sum/_count)
 // with labels those metrics have; that each alert has a severity, a summary
-// and a runbook link to a section of docs/operations.md that exists. The
-// running binary is checked too, in TestManifestsRunOnTheBinary.
+// and a runbook link (absolute, under deploy.RunbookBaseURL) to a section
+// of docs/operations.md that exists. The running binary is checked too, in
+// TestManifestsRunOnTheBinary.
 func TestAlertRulesAndDashboard(t *testing.T) {
 	t.Parallel()
 	groups, rules := ruleQueries(t)
@@ -370,9 +373,9 @@ func TestAlertRulesAndDashboard(t *testing.T) {
 			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
 				t.Errorf("%s: no summary or description", r.Alert)
 			}
-			want := "docs/operations.md#" + strings.ToLower(r.Alert)
+			want := deploy.RunbookBaseURL + "#" + strings.ToLower(r.Alert)
 			if got := r.Annotations["runbook_url"]; got != want {
-				t.Errorf("%s: runbook_url %q, want %q", r.Alert, got, want)
+				t.Errorf("%s: runbook_url %q, want %q (a link an operator can click)", r.Alert, got, want)
 			}
 			if !anchors[strings.ToLower(r.Alert)] {
 				t.Errorf("%s: docs/operations.md has no section %q", r.Alert, r.Alert)

@@ -45,6 +45,7 @@ type cli struct {
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show and replay dead-lettered webhooks (the DLQ topic)."`
 	Tail      tailCmd      `cmd:"" help:"Print the payment-state topic as it grows (read_committed), for people and scripts."`
 	Simulate  simulateCmd  `cmd:"" help:"Simulate every gateway's payment histories against a running paystream and, with --verify, check the invariants I1–I10."`
+	Alerts    alertsCmd    `cmd:"" help:"Print the Prometheus alert rules, their runbook links under --runbook-base-url."`
 	Version   versionCmd   `cmd:"" help:"Print the version, the commit and the Go release paystream was built from."`
 }
 
