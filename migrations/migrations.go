@@ -114,7 +114,10 @@ func ApplyTo(ctx context.Context, pool *pgxpool.Pool, version int) ([]string, er
 		if applied[m.Version] {
 			continue
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		// Read committed whatever the server's default: a step that locks
+		// tables before reading them (version 4) must read what committed
+		// until it got the locks.
+		err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
 			if before := beforeSQL[m.Version]; before != nil {
 				if err := before(ctx, tx); err != nil {
 					return err

@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -333,4 +337,297 @@ func oldSchema(t *testing.T, base *testenv.DB) (*pgxpool.Pool, string) {
 		t.Fatal(err)
 	}
 	return pool, name
+}
+
+// TestUpgradeUnderTraffic: processors of the old schema keep committing
+// batches (offset row locked, inbox row, payment, transition, postings,
+// an unpublished outbox event, the offset moved) in a loop on four
+// partitions while migrations.Apply upgrades the schema under them. The
+// inbox is large, so the upgrade takes seconds. Every batch that committed
+// must have its state event on the state topic once, relayed from the
+// slot; the batches after the upgrade fail (their tables are gone) with
+// their offsets not moved, for the new processor to apply again.
+//
+// Before, the upgrade read the outbox without a lock: batches that
+// committed between that read and its first conflicting lock (the ALTER of
+// payment_transitions, after the inbox copy) were dropped with the outbox.
+func TestUpgradeUnderTraffic(t *testing.T) {
+	t.Parallel()
+	base := testenv.NewDB(t)
+	pool, _ := oldSchema(t, base)
+	brokers := testenv.Kafka(t)
+	ctx := t.Context()
+	if _, err := sink.SetupSlot(ctx, pool); err != nil { // paystream migrate creates it before migrating
+		t.Fatal(err)
+	}
+
+	// History that makes the upgrade slow: 200,000 inbox rows to copy.
+	const history = 200_000
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, attempts, payload, topic, partition, kafka_offset, received_at)
+		SELECT 'acme', 'old_' || i, 'old_' || i, 'payment.paid', 'acme:old_' || (i % 5000), 'processed', 1,
+		       convert_to(repeat('x', 200), 'UTF8'), 'old.raw', 0, i, now()
+		  FROM generate_series(1, $1::int) AS i`, history); err != nil {
+		t.Fatal(err)
+	}
+	const group, topic, writers = "old-group", "old.raw.traffic", 4
+	for p := range writers {
+		if _, err := pool.Exec(ctx, `INSERT INTO consumer_offsets (group_id, topic, partition, next_offset, owner_epoch) VALUES ($1, $2, $3, 0, 1)`, group, topic, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	type writerResult struct {
+		committed           []string // event ids of the committed batches
+		afterMigrateStarted int
+		err                 error // what stopped it
+	}
+	var migrateStarted atomic.Bool
+	results := make(chan writerResult, writers)
+	stop := make(chan struct{})
+	for p := range writers {
+		go func() {
+			var r writerResult
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					results <- r
+					return
+				default:
+				}
+				started := migrateStarted.Load()
+				id, err := oldBatch(ctx, pool, group, topic, int32(p), fmt.Sprintf("acme:traffic_%d_%d", p, i))
+				if err != nil {
+					r.err = err
+					results <- r
+					return
+				}
+				r.committed = append(r.committed, id)
+				if started {
+					r.afterMigrateStarted++
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // traffic before the upgrade, not synchronization
+	migrateStarted.Store(true)
+	began := time.Now()
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		close(stop)
+		t.Fatalf("upgrade under traffic: %v", err)
+	}
+	took := time.Since(began)
+	close(stop)
+	var want []string
+	var during int
+	for range writers {
+		r := <-results
+		want = append(want, r.committed...)
+		during += r.afterMigrateStarted
+		var pgErr *pgconn.PgError
+		if r.err != nil && (!errors.As(r.err, &pgErr) || pgErr.Code != "42P01") {
+			t.Errorf("an old batch failed with %v, want undefined_table (42P01) once the upgrade dropped its tables", r.err)
+		}
+	}
+	t.Logf("upgrade took %v; %d old batches committed, %d of them after the upgrade started", took.Round(time.Millisecond), len(want), during)
+	if len(want) == 0 {
+		t.Fatal("no old batch committed")
+	}
+	// The offsets moved only with the committed batches.
+	if n := count(t, pool, `SELECT COALESCE(sum(next_offset), 0)::int FROM consumer_offsets WHERE group_id = $1`, group); n != len(want) {
+		t.Errorf("stored offsets add up to %d, want %d: one per committed batch", n, len(want))
+	}
+
+	state := testenv.Topic(t, "state", 1)
+	runSink(t, pool, brokers, state)
+	var got map[string]int
+	testenv.WaitFor(t, 2*time.Minute, func() error {
+		got = map[string]int{}
+		for _, r := range committedState(t, brokers, state) {
+			got[r.eventID]++
+		}
+		var missing int
+		for _, id := range want {
+			if got[id] == 0 {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d of %d committed old batches' state events are not on the state topic", missing, len(want))
+		}
+		return nil
+	})
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("state event %s published %d times, want once", id, n)
+		}
+	}
+}
+
+// oldBatch commits, as a processor of schema version 3 did, one batch of
+// one paid event on partition: the partition's offset row locked first,
+// an inbox row, a new payment, its transition and postings, its state
+// event as an unpublished outbox row, and the offset moved on. It returns
+// the state event's id.
+func oldBatch(ctx context.Context, pool *pgxpool.Pool, group, topic string, partition int32, key string) (string, error) {
+	var m payment.Machine
+	fact := payment.Fact{Status: payment.StatusPaid, AmountMinor: 1000, Currency: "BRL", OccurredAt: time.Date(2026, 11, 20, 9, 0, 0, 0, time.UTC)}
+	d := m.Apply(payment.State{}, fact)
+	tr := d.Transitions[0]
+	eventID := envelope.StateEventID(key, tr.Version)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		var next int64
+		if err := tx.QueryRow(ctx, `SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2 AND partition = $3 FOR UPDATE`,
+			group, topic, partition).Scan(&next); err != nil {
+			return err
+		}
+		var inboxID int64
+		if err := tx.QueryRow(ctx, `
+			INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, attempts, payload, topic, partition, kafka_offset, occurred_at, received_at)
+			VALUES ('acme', $1, $1, 'payment.paid', $2, 'processed', 1, '\x7b7d', $3, $4, $5, $6, now()) RETURNING id`,
+			"evt_"+key, key, topic, partition, next, fact.OccurredAt).Scan(&inboxID); err != nil {
+			return err
+		}
+		st, _ := json.Marshal(d.State)
+		if _, err := tx.Exec(ctx, `INSERT INTO payments (payment_key, source, payment_id, status, version, amount_minor, currency, state)
+			VALUES ($1, 'acme', $1, $2, $3, $4, 'BRL', $5)`, key, d.State.Status, d.State.Version, d.State.AmountMinor, st); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind, amount_minor, currency, inbox_id)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, key, tr.Version, tr.From, tr.To, tr.Kind, tr.AmountMinor, tr.Currency, inboxID); err != nil {
+			return err
+		}
+		for _, p := range tr.Postings() {
+			if _, err := tx.Exec(ctx, `INSERT INTO ledger_postings (payment_key, version, account, amount_minor, currency) VALUES ($1, $2, $3, $4, $5)`,
+				key, tr.Version, p.Account, p.AmountMinor, p.Currency); err != nil {
+				return err
+			}
+		}
+		payload, _ := json.Marshal(envelope.State{EventID: eventID, PaymentKey: key, Version: tr.Version, Status: tr.To})
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (payment_key, version, event_id, payload) VALUES ($1, $2, $3, $4)`, key, tr.Version, eventID, payload); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE consumer_offsets SET next_offset = $4 WHERE group_id = $1 AND topic = $2 AND partition = $3`, group, topic, partition, next+1)
+		return err
+	})
+	return eventID, err
+}
+
+// TestUpgradeRefusesToOverrunSlot runs on a private Postgres whose
+// max_slot_wal_keep_size is 16 MiB, with the sink's slot created before
+// the upgrade (as paystream migrate does) and an outbox of 48 MiB of
+// unpublished events next to 100,000 inbox rows. Emitting them in the
+// upgrade's one transaction would write more WAL than the slot may retain:
+// the upgrade must refuse, in one line naming the slot and what to do,
+// before changing anything, and the slot must survive a checkpoint. With
+// max_slot_wal_keep_size raised, it upgrades, and the slot still survives.
+// Before, the upgrade ran, and the checkpoint after it invalidated the
+// slot (wal_status lost): the sink could relay nothing more.
+func TestUpgradeRefusesToOverrunSlot(t *testing.T) {
+	testenv.SkipIfShort(t)
+	pg := &pgPair{dir: t.TempDir(), port: freePortPair(t)}
+	pg.primary = fmt.Sprintf("postgres://paystream@127.0.0.1:%d/paystream?sslmode=disable", pg.port)
+	t.Cleanup(func() { pg.stack(t, "down", "--purge") })
+	pg.stack(t, "postgres-up")
+	ctx := t.Context()
+	admin, err := pgxpool.New(ctx, pg.primary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	pool, _ := oldSchema(t, &testenv.DB{Pool: admin, URL: pg.primary, Schema: "public"})
+
+	const events, inbox = 12_000, 100_000
+	for _, q := range []string{
+		`INSERT INTO payments (payment_key, source, payment_id, status, version, state)
+		 SELECT 'acme:big_' || i, 'acme', 'big_' || i, 'paid', 1, '{}' FROM generate_series(1, $1::int) AS i`,
+		`INSERT INTO payment_transitions (payment_key, version, from_status, to_status, kind)
+		 SELECT 'acme:big_' || i, 1, '', 'paid', 'capture' FROM generate_series(1, $1::int) AS i`,
+		`INSERT INTO outbox (payment_key, version, event_id, payload)
+		 SELECT 'acme:big_' || i, 1, 'acme:big_' || i || ':1',
+		        jsonb_build_object('event_id', 'acme:big_' || i || ':1', 'payment_key', 'acme:big_' || i, 'version', 1, 'status', 'paid',
+		                           'metadata', repeat(md5(i::text), 125))
+		   FROM generate_series(1, $1::int) AS i`,
+	} {
+		if _, err := pool.Exec(ctx, q, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO inbox (source, dedup_key, event_id, event_type, payment_key, status, attempts, payload, topic, partition, kafka_offset, received_at)
+		SELECT 'acme', 'old_' || i, 'old_' || i, 'payment.paid', 'acme:old_' || (i % 5000), 'processed', 1,
+		       convert_to(repeat(md5(i::text), 6), 'UTF8'), 'old.raw', 0, i, now()
+		  FROM generate_series(1, $1::int) AS i`, inbox); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := sink.SetupSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := func(size string) {
+		t.Helper()
+		if _, err := admin.Exec(ctx, `ALTER SYSTEM SET max_slot_wal_keep_size = '`+size+`'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.Exec(ctx, `SELECT pg_reload_conf()`); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 10*time.Second, func() error {
+			var v string
+			if err := admin.QueryRow(ctx, `SHOW max_slot_wal_keep_size`).Scan(&v); err != nil || v != size {
+				return fmt.Errorf("max_slot_wal_keep_size = %q (%v), want %s", v, err, size)
+			}
+			return nil
+		})
+	}
+	walStatus := func() string {
+		t.Helper()
+		if _, err := admin.Exec(ctx, `CHECKPOINT`); err != nil {
+			t.Fatal(err)
+		}
+		var s string
+		if err := admin.QueryRow(ctx, `SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	var outboxBytes int64
+	if err := pool.QueryRow(ctx, `SELECT sum(octet_length(payload::text)) FROM outbox`).Scan(&outboxBytes); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("outbox: %d unpublished events, %.1f MiB", events, float64(outboxBytes)/(1<<20))
+
+	keep("16MB")
+	_, err = migrations.Apply(ctx, pool)
+	if s := walStatus(); s == "lost" || s == "unreserved" {
+		t.Fatalf("after the upgrade (error %v) the sink's slot is %s: the upgrade's WAL overran max_slot_wal_keep_size", err, s)
+	}
+	if !errors.Is(err, migrations.ErrUpgradeWAL) {
+		t.Fatalf("upgrade with 16MB max_slot_wal_keep_size: %v, want ErrUpgradeWAL", err)
+	}
+	t.Logf("refused: %v", err)
+	if strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), slot) {
+		t.Errorf("refusal is not one line naming slot %s: %q", slot, err)
+	}
+	if n := count(t, pool, `SELECT count(*)::int FROM outbox WHERE published_at IS NULL`); n != events {
+		t.Errorf("after the refusal the outbox holds %d unpublished events, want all %d", n, events)
+	}
+
+	keep("1GB")
+	var before string
+	if err := admin.QueryRow(ctx, `SELECT pg_current_wal_insert_lsn()::text`).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrations.Apply(ctx, pool); err != nil {
+		t.Fatalf("upgrade with 1GB max_slot_wal_keep_size: %v", err)
+	}
+	var wrote float64
+	if err := admin.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::float8`, before).Scan(&wrote); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the upgrade wrote %.1f MiB of WAL", wrote/(1<<20))
+	if s := walStatus(); s == "lost" || s == "unreserved" {
+		t.Errorf("after the upgrade the sink's slot is %s", s)
+	}
 }
