@@ -2,10 +2,13 @@ package deploy_test
 
 import (
 	"fmt"
+	"io/fs"
 	"maps"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -604,6 +607,23 @@ func TestKubernetesManifests(t *testing.T) {
 		t.Errorf("ingest has no HorizontalPodAutoscaler")
 	}
 
+	// A workload an autoscaler owns sets no replicas: each `kubectl apply`
+	// would reset the count the autoscaler chose.
+	for _, rr := range []*rendered{base, r} {
+		owners := map[string]string{}
+		for _, h := range rr.HPAs {
+			owners[h.Spec.ScaleTargetRef.Kind+"/"+h.Spec.ScaleTargetRef.Name] = "HorizontalPodAutoscaler " + h.Name
+		}
+		for _, so := range rr.ScaledObjects {
+			owners[so.Spec.ScaleTargetRef.Kind+"/"+so.Spec.ScaleTargetRef.Name] = "KEDA ScaledObject " + so.Metadata.Name
+		}
+		for _, w := range rr.Workloads {
+			if owner, ok := owners[w.Kind+"/"+w.Name]; ok && w.Replicas != nil {
+				t.Errorf("%s %s sets replicas: %d, but %s owns its replica count", w.Kind, w.Name, *w.Replicas, owner)
+			}
+		}
+	}
+
 	// The sink: two replicas, one active and a standby.
 	if sink := r.workload(t, "sink"); sink.Replicas == nil || *sink.Replicas != 2 {
 		t.Errorf("sink replicas = %v, want 2 (one active relay, one standby)", sink.Replicas)
@@ -680,4 +700,72 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 		}
 	}
+}
+
+// jobName matches a name the Job controller accepts: a DNS subdomain
+// that is also a label value (job-name), so at most 63 characters.
+var jobName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$`)
+
+// TestMigrateJobPerVersion: the example overlay names the migrate Job after
+// the image's tag, so that applying a new version creates a new Job (a
+// Job's template cannot be changed) and migrate runs on every rollout;
+// rendering the overlay with another tag gives another Job, whose image is
+// that tag (also from a registry with a port).
+func TestMigrateJobPerVersion(t *testing.T) {
+	t.Parallel()
+	names := map[string]string{}
+	for _, c := range []struct{ registry, tag string }{
+		{"registry.example.com", "1.0.0"}, {"registry.example.com", "1.0.1"}, {"registry.example.com:5000/team", "2.0.0-rc.1"},
+	} {
+		tag := c.tag
+		r := render(t, overlayWithImage(t, c.registry+"/paystream", tag))
+		w := r.workload(t, "migrate")
+		if w.Kind != "Job" {
+			t.Fatalf("migrate runs as a %s, want a Job", w.Kind)
+		}
+		want := "paystream-migrate-" + tag
+		if w.Name != want || !jobName.MatchString(w.Name) {
+			t.Errorf("tag %s: migrate Job %q, want %q (a valid Job name)", tag, w.Name, want)
+		}
+		if img := w.Pod.Spec.Containers[0].Image; img != c.registry+"/paystream:"+tag {
+			t.Errorf("tag %s: migrate Job %s runs %s", tag, w.Name, img)
+		}
+		if prev, ok := names[w.Name]; ok {
+			t.Errorf("tags %s and %s both name the migrate Job %s: applying the second fails (the template is immutable)", prev, tag, w.Name)
+		}
+		names[w.Name] = tag
+	}
+	t.Logf("migrate Jobs by tag: %v", names)
+}
+
+// overlayWithImage copies deploy/k8s into a temporary directory with the
+// example overlay's image set to name:tag, and returns that overlay's path.
+func overlayWithImage(t *testing.T, name, tag string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir("k8s", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if path == filepath.Join(exampleDir, "kustomization.yaml") {
+			re := regexp.MustCompile(`(?m)^    newName: registry\.example\.com/paystream\n    newTag: "1\.0\.0"$`)
+			if !re.Match(b) {
+				return fmt.Errorf("%s: no image registry.example.com/paystream:1.0.0 to replace", path)
+			}
+			b = re.ReplaceAll(b, fmt.Appendf(nil, "    newName: %s\n    newTag: %q", name, tag))
+		}
+		out := filepath.Join(dst, path)
+		if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(out, b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dst, exampleDir)
 }
