@@ -238,6 +238,21 @@ func (p *proc) scrape(t *testing.T, port, path string) map[string]*dto.MetricFam
 	return families
 }
 
+// buildVersion returns the version label of paystream_build_info if the
+// family has exactly one series, of value 1.
+func buildVersion(families map[string]*dto.MetricFamily) string {
+	f, ok := families["paystream_build_info"]
+	if !ok || len(f.GetMetric()) != 1 || f.GetMetric()[0].GetGauge().GetValue() != 1 {
+		return ""
+	}
+	for _, l := range f.GetMetric()[0].GetLabel() {
+		if l.GetName() == "version" {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
 func gaugeOrCounter(families map[string]*dto.MetricFamily, name string) float64 {
 	var sum float64
 	if f, ok := families[name]; ok {
@@ -358,6 +373,7 @@ func TestManifestsRunOnTheBinary(t *testing.T) {
 
 	// Scrape every process on the port the ServiceMonitor scrapes.
 	sm := r.ServiceMonitors[0]
+	builds := map[string]string{} // process: its paystream_build_info's version label
 	scrapeAll := func() (exported, map[string]float64) {
 		got := exported{}
 		sums := map[string]float64{}
@@ -376,6 +392,7 @@ func TestManifestsRunOnTheBinary(t *testing.T) {
 					}
 					families := p.scrape(t, s.Spec.Ports[i].TargetPort.String(), ep.Path)
 					got.add(families)
+					builds[p.name] = buildVersion(families)
 					for _, name := range []string{"paystream_sink_active", "paystream_sink_events_published_total"} {
 						sums[name] += gaugeOrCounter(families, name)
 					}
@@ -394,6 +411,19 @@ func TestManifestsRunOnTheBinary(t *testing.T) {
 		}
 		return nil
 	})
+
+	// Each process says which paystream it is, as `paystream version` does.
+	out, err := exec.Command(binary, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	version, _, _ := strings.Cut(strings.TrimPrefix(string(out), "paystream "), "\n")
+	for _, p := range running {
+		if builds[p.name] != version {
+			t.Errorf("%s: paystream_build_info version %q, want %q (paystream version)", p.name, builds[p.name], version)
+		}
+	}
+	t.Logf("paystream version %q; paystream_build_info version by process: %v", version, builds)
 
 	_, rules := ruleQueries(t)
 	families := declaredFamilies(t)
