@@ -58,7 +58,7 @@ func TestChangelog(t *testing.T) {
 	kinds := []string{"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
 	var versions []string
 	var kind string
-	last := time.Now() // the date of the version above
+	last := time.Now()          // the date of the version above
 	entries := map[string]int{} // "version/kind": entries
 	for i, line := range strings.Split(text, "\n") {
 		switch {
