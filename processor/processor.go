@@ -40,6 +40,7 @@ import (
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/source"
+	"github.com/paystream/paystream/internal/topics"
 	"github.com/paystream/paystream/internal/tracing"
 )
 
@@ -92,7 +93,8 @@ type Config struct {
 	MaxBufferedBatches int
 	// OffsetCopyInterval is how often stored offsets are copied to the
 	// group's Kafka offsets (for lag tools and autoscalers) and the lag
-	// gauge is refreshed from the broker's end offsets. Defaults to 1s.
+	// gauge is refreshed from the broker's end offsets, whose partition
+	// count is checked against the recorded one. Defaults to 1s.
 	OffsetCopyInterval time.Duration
 	// RetryBackoffMax caps the backoff between retries of a failed batch.
 	// Defaults to 5s.
@@ -265,9 +267,12 @@ type Processor struct {
 	copyNow chan struct{} // asks the copy loop for a copy now (capacity 1)
 	room    chan struct{} // a full worker's queue has room (capacity 1)
 
-	// stopRun ends Run with an error (ErrOffsetRolledBack); set by Run
-	// before any worker starts.
+	// stopRun ends Run with an error (ErrOffsetRolledBack,
+	// topics.ErrPartitionsChanged); set by Run before any worker starts.
 	stopRun context.CancelCauseFunc
+	// recordedPartitions is the raw topic's partition count paystream
+	// migrate recorded (see partitions.go).
+	recordedPartitions atomic.Int32
 
 	// retention gets the outcome of retentionLoop's runs.
 	retention *RetentionMetrics
@@ -329,6 +334,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	p.stopRun = stop
+	p.loadRecordedPartitions(ctx, true)
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(p.cfg.Brokers...),
 		kgo.ConsumerGroup(p.cfg.Group),
@@ -439,6 +445,8 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err := context.Cause(ctx); errors.Is(err, ErrOffsetRolledBack) {
 		p.log.Error("processor stopped: restart it to resume from Postgres's offsets", "error", err)
 		return err
+	} else if errors.Is(err, topics.ErrPartitionsChanged) {
+		return err
 	}
 	p.log.Info("processor stopped")
 	return nil
@@ -453,6 +461,9 @@ func (p *Processor) assign(ctx context.Context, offsets map[string]map[int32]kgo
 			continue
 		}
 		for partition := range parts {
+			if p.beyondRecorded(partition) {
+				continue // the processor stops; a partition added since is never claimed
+			}
 			c, err := p.claimPartition(ctx, topic, partition)
 			if err != nil {
 				return nil, err
@@ -671,7 +682,8 @@ func (p *Processor) copyOffsetsLoop(ctx context.Context, cl *kgo.Client) {
 
 // refreshLag reads the topic's end offsets from the broker, so the lag
 // gauge keeps moving while nothing commits (the database is down) and
-// nothing is fetched (the partition is paused).
+// nothing is fetched (the partition is paused), and checks the topic's
+// partition count against the recorded one (checkPartitions).
 func (p *Processor) refreshLag(ctx context.Context, adm *kadm.Client) {
 	ctx, cancel := context.WithTimeout(ctx, offsetCopyTimeout)
 	defer cancel()
@@ -682,14 +694,21 @@ func (p *Processor) refreshLag(ctx context.Context, adm *kadm.Client) {
 		}
 		return
 	}
+	var live int32
+	for partition := range ends[p.cfg.Topic] {
+		if partition >= 0 {
+			live++
+		}
+	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	ends.Each(func(lo kadm.ListedOffset) {
 		if o := p.offsets[lo.Partition]; o != nil && lo.Err == nil {
 			o.end = max(o.end, lo.Offset)
 			p.setLag(lo.Partition, o)
 		}
 	})
+	p.mu.Unlock()
+	p.checkPartitions(ctx, live)
 }
 
 // copyOffsets copies the stored offsets of partitions (nil: every assigned

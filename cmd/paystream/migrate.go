@@ -48,7 +48,7 @@ their configs (retention,
 max.message.bytes sized for the largest webhook body, compression.type=producer,
 min.insync.replicas=2 at 3 or more replicas), reports the drift of existing topics and fixes the
 configs that are safe to change (never partition counts), and records the raw topic's partition
-count, which the processor checks before it starts.`
+count, which the processor checks before it starts and while it runs.`
 }
 
 func (c *migrateCmd) Run(ctx context.Context, e *env) error {
