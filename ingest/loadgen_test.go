@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 )
 
 // TestLoadGeneratorIsAccepted: the load generator's webhooks, for every

@@ -1,5 +1,5 @@
 // Command chaos runs paystream's chaos suite: every scenario of package
-// internal/chaos, each with its own pipeline and at least -deliveries
+// internal/lab/chaos, each with its own pipeline and at least -deliveries
 // simulated webhook deliveries, faults injected while they flow, and the
 // simulation's verification at the end. It prints one table row per
 // scenario (the table of docs/reliability.md) and, with -json, writes
@@ -29,7 +29,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/paystream/paystream/internal/chaos"
+	"github.com/paystream/paystream/internal/lab/chaos"
 )
 
 func main() {

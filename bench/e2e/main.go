@@ -38,7 +38,7 @@
 //
 // # Workload
 //
-// internal/loadgen's Lifecycle, one schedule sent to both over 64
+// internal/lab/loadgen's Lifecycle, one schedule sent to both over 64
 // keep-alive connections as fast as they answer: payments going created →
 // paid → refunded → a late created (a second creation event, ignored as
 // stale), bodies padded to about 1 KB, 20 % of the deliveries repeating a
@@ -95,7 +95,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/paystream/paystream/ingest"
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 )
 
 // sourcesYAML is the one source both targets accept.

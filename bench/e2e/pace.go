@@ -4,7 +4,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 )
 
 // lateAfter is how far behind its slot a request may start before it

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 )
 
 // TestMergeResults: rounds merge as one run would measure them: rates over

@@ -1,7 +1,7 @@
 // Command ingest-bench measures paystream's ingest on a real Kafka broker
 // against a bare net/http handler that only verifies the same Standard
 // Webhooks HMAC, both driven over loopback by the same load generator
-// (internal/loadgen), and then ingest's latency at a fixed rate. `make
+// (internal/lab/loadgen), and then ingest's latency at a fixed rate. `make
 // bench-ingest` runs it with the local stack.
 //
 //	go run ./bench/ingest [-full 15s] [-fixed 20s] [-rate 5000] [-c 128] [-cpuprofile ingest.pprof]
@@ -36,7 +36,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/ingest"
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/drivers"
 	"github.com/paystream/paystream/internal/source"

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 )
 
 type loadgenCmd struct {

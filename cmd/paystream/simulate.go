@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/paystream/paystream/internal/loadgen"
-	"github.com/paystream/paystream/internal/simulate"
+	"github.com/paystream/paystream/internal/lab/loadgen"
+	"github.com/paystream/paystream/internal/lab/simulate"
 )
 
 type simulateCmd struct {

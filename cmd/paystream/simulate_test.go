@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paystream/paystream/ingest"
+	"github.com/paystream/paystream/internal/lab/simulate"
 	"github.com/paystream/paystream/internal/provider/drivers"
-	"github.com/paystream/paystream/internal/simulate"
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/paystream/paystream/internal/envelope"
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 	"github.com/paystream/paystream/internal/provider/asaas"
 	"github.com/paystream/paystream/internal/provider/hmac"
 	"github.com/paystream/paystream/internal/provider/mercadopago"

@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/ingest"
+	"github.com/paystream/paystream/internal/lab/simulate"
 	"github.com/paystream/paystream/internal/provider/drivers"
-	"github.com/paystream/paystream/internal/simulate"
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/paystream/paystream/internal/lab/loadgen"
 	"github.com/paystream/paystream/internal/ledger"
-	"github.com/paystream/paystream/internal/loadgen"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/drivers"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/paystream/paystream/internal/loadgen"
+	"github.com/paystream/paystream/internal/lab/loadgen"
 	"github.com/paystream/paystream/internal/money"
 	"github.com/paystream/paystream/internal/provider/asaas"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/paystream/paystream/internal/simulate"
+	"github.com/paystream/paystream/internal/lab/simulate"
 )
 
 // Simulation settings every scenario uses: duplicates and reordering as
