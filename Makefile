@@ -10,6 +10,7 @@ SOURCES       ?= deploy/sources.example.yaml
 STACK         := deploy/stack.sh
 FUZZTIME      ?= 60s
 BIN           ?= bin/paystream
+LAB_BIN       ?= bin/paystream-lab
 IMAGE         ?= paystream:local
 
 # What `paystream version` and paystream_build_info report: `git describe` of the checkout (a
@@ -36,8 +37,9 @@ run: build ## Run the whole pipeline in one process (embedded Kafka, private Pos
 	$(BIN) dev --data-dir $(DATA_DIR) --sources $(SOURCES)
 
 .PHONY: build
-build: ## Build bin/paystream (BIN), stamped with VERSION and REVISION.
+build: ## Build bin/paystream (BIN), stamped with VERSION and REVISION, and the tools' bin/paystream-lab (LAB_BIN: simulate, loadgen).
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/paystream
+	$(GO) build -o $(LAB_BIN) ./cmd/paystream-lab
 
 .PHONY: test
 test: ## Run every test (race detector, shuffled) against the local stack, started if needed.
@@ -101,7 +103,7 @@ chaos: build ## Chaos suite: faults while ≥20,000 simulated webhooks flow, the
 
 .PHONY: loadgen
 loadgen: build ## Send signed webhooks to a running ingest, e.g. make loadgen ARGS="--rate 1000/s -d 30s".
-	./bin/paystream loadgen --sources $(SOURCES) $(ARGS)
+	$(LAB_BIN) loadgen --sources $(SOURCES) $(ARGS)
 
 # --- Docker: docker-compose.yml, deploy/Dockerfile and testenv's testcontainers path, run
 # on offline stand-in images (deploy/images.sh; see deploy/README.md, "Docker").

@@ -13,7 +13,7 @@
 # the paystream services, any PAYSTREAM_* variable it was given that its command does not
 # read, with the ones it does.
 #
-# Needs bin/paystream (make build) for loadgen and inspect.
+# Needs bin/paystream (make build) for inspect, and bin/paystream-lab for loadgen.
 set -euo pipefail
 exec </dev/null
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -21,6 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly PROJECT=${PAYSTREAM_COMPOSE_PROJECT:-paystream-composetest}
 readonly READY_TIMEOUT=${PAYSTREAM_COMPOSE_TIMEOUT:-240}
 readonly BIN=bin/paystream
+readonly LAB_BIN=bin/paystream-lab
 readonly STATE_TOPIC=paystream.payments.state.v1
 readonly DB_URL="postgres://paystream:paystream@127.0.0.1:5432/paystream?sslmode=disable"
 readonly PAYSTREAM_SERVICES="migrate ingest processor sink"
@@ -175,7 +176,7 @@ done
 log "all services ready at t+$((SECONDS - T0))s"
 
 step "send signed webhooks to 127.0.0.1:8080"
-report=$("$BIN" loadgen --sources deploy/sources.example.yaml --source acme --payments 1 \
+report=$("$LAB_BIN" loadgen --sources deploy/sources.example.yaml --source acme --payments 1 \
   --requests 2 --concurrency 1 --url http://127.0.0.1:8080 --quiet --json) ||
   fail "loadgen failed: $report"
 echo "$report" >&2

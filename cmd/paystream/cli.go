@@ -36,7 +36,6 @@ type cli struct {
 	Migrate   migrateCmd   `cmd:"" help:"Apply database migrations (idempotent) and create Kafka topics."`
 	Dev       devCmd       `cmd:"" help:"Run ingest, processor and sink in one process with embedded Kafka and a private Postgres."`
 	Inspect   inspectCmd   `cmd:"" help:"Show what paystream knows about a payment."`
-	Loadgen   loadgenCmd   `cmd:"" help:"Send correctly signed webhooks to an ingest at a target rate and report throughput and latency."`
 	Replay    replayCmd    `cmd:"" help:"Re-drive a held payment's quarantined events after a fix, exactly once."`
 	Retention retentionCmd `cmd:"" help:"Create the coming days' delivery partitions, drop expired ones and delete expired dedup keys."`
 	Backfill  backfillCmd  `cmd:"" help:"Rebuild the compacted latest-state topic from Postgres (each payment's newest state event)."`
@@ -44,7 +43,6 @@ type cli struct {
 	Reconcile reconcileCmd `cmd:"" help:"Check ledger against payment state, waiting payments, state events on the topic and the DLQ; exit 3 on drift."`
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show and replay dead-lettered webhooks (the DLQ topic)."`
 	Tail      tailCmd      `cmd:"" help:"Print the payment-state topic as it grows (read_committed), for people and scripts."`
-	Simulate  simulateCmd  `cmd:"" help:"Simulate every gateway's payment histories against a running paystream and, with --verify, check the invariants I1–I10."`
 	Alerts    alertsCmd    `cmd:"" help:"Print the Prometheus alert rules, their runbook links under --runbook-base-url."`
 	Version   versionCmd   `cmd:"" help:"Print the version, the commit and the Go release paystream was built from."`
 }
@@ -268,6 +266,12 @@ func serveMetricsOn(ctx context.Context, e *env, ln net.Listener, ready func(con
 	}()
 	go func() { _ = srv.Serve(ln) }()
 	e.log.Info("metrics listening", "addr", ln.Addr().String())
+}
+
+// isTerminal reports whether f is a character device (a terminal).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func newLogger(level, format string) *slog.Logger {

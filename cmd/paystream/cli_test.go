@@ -304,7 +304,6 @@ func TestKafkaSettingsValidated(t *testing.T) {
 		{"reconcile", db},
 		{"dlq", "list"},
 		{"republish", db},
-		{"simulate", "--sources", sources, "--verify", db},
 	}
 	settings := []struct {
 		env  []string

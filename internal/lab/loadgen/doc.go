@@ -1,5 +1,5 @@
 // Package loadgen sends correctly signed webhooks to ingest at a target
-// rate and measures the answers: the engine of `paystream loadgen` and of
+// rate and measures the answers: the engine of `paystream-lab loadgen` and of
 // `make bench-ingest`.
 //
 // A [Builder] makes one source's requests in its driver's payload format,

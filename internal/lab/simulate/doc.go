@@ -1,6 +1,6 @@
 // Package simulate plays every configured gateway against a running
 // paystream and checks, afterwards, that the pipeline did what the
-// guarantees say: the engine of `paystream simulate` and of the chaos suite.
+// guarantees say: the engine of `paystream-lab simulate` and of the chaos suite.
 //
 // A [Simulation] generates a realistic payment history for each payment
 // (created, authorized, captured, failed, canceled, partially and fully

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,9 +40,9 @@ final report (throughput, latency p50/p90/p99/max, status code counts, errors) g
 
 Examples:
 
-  paystream loadgen --sources deploy/sources.example.yaml --rate 1000/s --duration 30s
-  paystream loadgen --sources sources.yaml --source stripe-br -c 64 -n 100000 --duplicates 0.05
-  paystream loadgen --sources sources.yaml --rate 0 -d 1m --json > report.json
+  paystream-lab loadgen --sources deploy/sources.example.yaml --rate 1000/s --duration 30s
+  paystream-lab loadgen --sources sources.yaml --source stripe-br -c 64 -n 100000 --duplicates 0.05
+  paystream-lab loadgen --sources sources.yaml --rate 0 -d 1m --json > report.json
 
 Latency is measured per request from sending it to reading the whole answer. When the target rate
 is not reached (the report says so), the workers were all busy: raise --concurrency. On a small
@@ -191,18 +188,4 @@ func progressPrinter(w io.Writer, tty bool) (func(loadgen.Snapshot), time.Durati
 			fmt.Fprintln(w, "loadgen:"+line(s))
 		}
 	}, 5 * time.Second
-}
-
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-// newRunID returns a short id, and a number, that make this run's event
-// and payment ids differ from other runs'.
-func newRunID() (string, uint32) {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:3]), binary.BigEndian.Uint32(b[:])
 }

@@ -63,11 +63,11 @@ on any violation: "does my deployment hold up" in one command. Progress goes to 
 
 Examples:
 
-  paystream simulate --sources sources.yaml --payments 500 --duplicates 0.2 --reorder 0.3 \
+  paystream-lab simulate --sources sources.yaml --payments 500 --duplicates 0.2 --reorder 0.3 \
     --verify --database-url "$PAYSTREAM_DATABASE_URL" --kafka-brokers 127.0.0.1:9092
-  paystream simulate --sources sources.yaml --gateway-listen 127.0.0.1:8089 --poison 3 \
+  paystream-lab simulate --sources sources.yaml --gateway-listen 127.0.0.1:8089 --poison 3 \
     --kafka-brokers 127.0.0.1:9092 --database-url "$DB" --oracle run.json
-  paystream simulate --verify-only --oracle run.json --sources sources.yaml \
+  paystream-lab simulate --verify-only --oracle run.json --sources sources.yaml \
     --gateway-listen 127.0.0.1:8089 --database-url "$DB" --kafka-brokers 127.0.0.1:9092 --json
 
 The second and third split a run across processes (restart things in between): the oracle file
@@ -111,10 +111,7 @@ func (c *simulateCmd) run(ctx context.Context, log *slog.Logger, stdout, stderr 
 	var kafkaOpts []kgo.Opt // TLS, SASL
 	if len(brokers) > 0 {
 		var err error
-		if kafkaOpts, err = c.opts(log, brokers); err != nil {
-			return err
-		}
-		if err := c.checkKafka(ctx, log, brokers); err != nil {
+		if kafkaOpts, err = c.connect(ctx, log, brokers); err != nil {
 			return err
 		}
 	}

@@ -75,14 +75,14 @@ func writeSources(t *testing.T, yaml string) string {
 	return path
 }
 
-// TestLoadgenCommand: `paystream loadgen` sends the requested number of
+// TestLoadgenCommand: `paystream-lab loadgen` sends the requested number of
 // requests, every one verified by the real driver, and prints a JSON report
 // that says so; --source restricts the sources.
 func TestLoadgenCommand(t *testing.T) {
 	t.Parallel()
 	url, ok, bad := verifier(t, loadgenSources)
 	path := writeSources(t, loadgenSources)
-	r := paystream(t, nil, "loadgen", "--sources", path, "--url", url, "-n", "60", "-c", "4", "--duplicates", "0.1", "--json")
+	r := lab(t, nil, "loadgen", "--sources", path, "--url", url, "-n", "60", "-c", "4", "--duplicates", "0.1", "--json")
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -110,14 +110,14 @@ func TestLoadgenCommand(t *testing.T) {
 	}
 
 	// One source, text report.
-	r = paystream(t, nil, "loadgen", "--sources", path, "--url", url, "--source", "st", "-n", "5", "-q")
+	r = lab(t, nil, "loadgen", "--sources", path, "--url", url, "--source", "st", "-n", "5", "-q")
 	if r.code != 0 || !strings.Contains(r.stdout, "200: 5") || !strings.Contains(r.stdout, "p99 ") || r.stderr != "" {
 		t.Errorf("--source st -q: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 
 	// fasthttp's client: every request verified too.
 	before := ok.Load()
-	r = paystream(t, nil, "loadgen", "--sources", path, "--url", url, "--client", "fasthttp", "-n", "30", "-c", "4", "-q")
+	r = lab(t, nil, "loadgen", "--sources", path, "--url", url, "--client", "fasthttp", "-n", "30", "-c", "4", "-q")
 	if r.code != 0 || !strings.Contains(r.stdout, "200: 30") || ok.Load()-before != 30 || bad.Load() != 0 {
 		t.Errorf("--client fasthttp: exit %d, server verified %d and rejected %d\nstdout: %s\nstderr: %s", r.code, ok.Load()-before, bad.Load(), r.stdout, r.stderr)
 	}
@@ -136,12 +136,12 @@ func TestLoadgenUsageErrors(t *testing.T) {
 		{[]string{"-c", "0", "-n", "1"}, "--concurrency"},
 		{[]string{"--client", "curl", "-n", "1"}, "--client"},
 	} {
-		r := paystream(t, nil, append([]string{"loadgen", "--sources", path, "--url", "http://127.0.0.1:1"}, c.args...)...)
+		r := lab(t, nil, append([]string{"loadgen", "--sources", path, "--url", "http://127.0.0.1:1"}, c.args...)...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("loadgen %v: exit %d, stderr %q, want an error about %s", c.args, r.code, r.stderr, c.want)
 		}
 	}
-	if r := paystream(t, nil, "loadgen", "-n", "1"); r.code == 0 || !strings.Contains(r.stderr, "--sources") {
+	if r := lab(t, nil, "loadgen", "-n", "1"); r.code == 0 || !strings.Contains(r.stderr, "--sources") {
 		t.Errorf("loadgen without sources: exit %d, stderr %q", r.code, r.stderr)
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/paystream/paystream/sink"
 )
 
-// TestSimulateCommandDelivers: `paystream simulate` without --verify sends
+// TestSimulateCommandDelivers: `paystream-lab simulate` without --verify sends
 // every planned webhook once or more, each verified and parsed by the real
 // driver of its source, prints a JSON report that says so and saves an
 // oracle in which every webhook was acknowledged.
@@ -31,7 +31,7 @@ func TestSimulateCommandDelivers(t *testing.T) {
 	url, ok, bad := verifier(t, loadgenSources)
 	sources := writeSources(t, loadgenSources)
 	oracle := filepath.Join(t.TempDir(), "oracle.json")
-	r := paystream(t, nil, "simulate", "--sources", sources, "--url", url, "--payments", "40", "--duplicates", "0.2",
+	r := lab(t, nil, "simulate", "--sources", sources, "--url", url, "--payments", "40", "--duplicates", "0.2",
 		"--reorder", "0.3", "--seed", "5", "--oracle", oracle, "--json", "-q")
 	if r.code != 0 {
 		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
@@ -79,7 +79,7 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{[]string{"simulate", "--sources", sources, "--driver", "mercadopago"}, "no source with driver"},
 	}
 	for _, c := range cases {
-		r := paystream(t, nil, c.args...)
+		r := lab(t, nil, c.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%s: exit %d, stderr %q; want a failure naming %s", strings.Join(c.args, " "), r.code, r.stderr, c.want)
 		}
@@ -88,9 +88,9 @@ func TestSimulateUsageErrors(t *testing.T) {
 
 // TestSimulateVerifyCommand runs the one-command check on a real pipeline
 // (ingest, processor and sink in the test process, on the real broker and
-// Postgres): `paystream simulate --verify` delivers, drains and prints one
+// Postgres): `paystream-lab simulate --verify` delivers, drains and prints one
 // line per invariant, all ok, exit 0, saving the oracle. Then one ledger
-// movement is changed by hand, and `paystream simulate --verify-only
+// movement is changed by hand, and `paystream-lab simulate --verify-only
 // --oracle` in another process prints I7 as failed and exits 3.
 func TestSimulateVerifyCommand(t *testing.T) {
 	t.Parallel()
@@ -138,7 +138,7 @@ func TestSimulateVerifyCommand(t *testing.T) {
 	oracle := filepath.Join(t.TempDir(), "oracle.json")
 	env := []string{"PAYSTREAM_DATABASE_URL=" + db.URL, "PAYSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 		"PAYSTREAM_RAW_TOPIC=" + raw, "PAYSTREAM_STATE_TOPIC=" + state, "PAYSTREAM_GROUP=" + group}
-	r := paystream(t, env, "simulate", "--sources", writeSources(t, loadgenSources), "--url", hs.URL, "--payments", "60",
+	r := lab(t, env, "simulate", "--sources", writeSources(t, loadgenSources), "--url", hs.URL, "--payments", "60",
 		"--duplicates", "0.2", "--reorder", "0.3", "--poison", "1", "--verify", "--oracle", oracle)
 	t.Logf("stdout:\n%s", r.stdout)
 	if r.code != 0 || !strings.Contains(r.stdout, "all invariants hold") {
@@ -154,7 +154,7 @@ func TestSimulateVerifyCommand(t *testing.T) {
 		WHERE (payment_key, version, movement) = (SELECT payment_key, version, movement FROM ledger_movements ORDER BY payment_key LIMIT 1)`); err != nil {
 		t.Fatal(err)
 	}
-	r = paystream(t, env, "simulate", "--verify-only", "--oracle", oracle, "--drain-timeout", "5s", "--json", "-q")
+	r = lab(t, env, "simulate", "--verify-only", "--oracle", oracle, "--drain-timeout", "5s", "--json", "-q")
 	var out struct {
 		OK     bool            `json:"ok"`
 		Verify simulate.Report `json:"verify"`
