@@ -75,12 +75,12 @@ func commands(t *testing.T, help string) []string {
 	return out
 }
 
-// readmeEnv reads the README's configuration table: for each PAYSTREAM_
+// readmeEnv reads the configuration table of docs/running.md: for each PAYSTREAM_
 // variable, the commands it is documented as used by ("all" meaning every
 // service command).
 func readmeEnv(t *testing.T) map[string][]string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "running.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

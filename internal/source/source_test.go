@@ -16,17 +16,17 @@ import (
 	"github.com/paystream/paystream/internal/source"
 )
 
-// readmeSourcesYAML returns the YAML block under the README's "Sources
+// readmeSourcesYAML returns the YAML block under docs/running.md's "Sources
 // file" heading, as a reader would copy it.
 func readmeSourcesYAML(t *testing.T) string {
 	t.Helper()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "running.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)### Sources file\\s*\n```yaml\n(.*?)```").FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README.md has no ```yaml block under \"### Sources file\"")
+		t.Fatal("docs/running.md has no ```yaml block under \"### Sources file\"")
 	}
 	return string(m[1])
 }
