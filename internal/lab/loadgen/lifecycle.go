@@ -68,6 +68,7 @@ type LifecycleConfig struct {
 // Schedule and is safe for concurrent use.
 type Lifecycle struct {
 	b        *Builder
+	secret   string // the source's signing secret
 	cfg      LifecycleConfig
 	payments int
 	// events[i] is the index, in first-sent order, of the event delivery i
@@ -101,7 +102,11 @@ func NewLifecycle(cfg LifecycleConfig) (*Lifecycle, error) {
 	unique := cfg.Payments * LifecycleSteps
 	repeats := RepeatsFor(unique, cfg.Repeats)
 	total := unique + repeats
-	l := &Lifecycle{b: cfg.Builder, cfg: cfg, payments: cfg.Payments,
+	secret, err := standardwebhooks.SigningSecret(cfg.Builder.cfg.Secrets)
+	if err != nil {
+		return nil, fmt.Errorf("lifecycle config: source %s: %w", cfg.Builder.src.Name, err)
+	}
+	l := &Lifecycle{b: cfg.Builder, secret: secret, cfg: cfg, payments: cfg.Payments,
 		events: make([]int32, 0, total), repeat: make([]bool, 0, total)}
 
 	// Choose exactly `repeats` of the positions 1..total-1 (the first
@@ -164,11 +169,11 @@ func (l *Lifecycle) Request(i int, now time.Time) (*Request, error) {
 	p, step := l.Event(i)
 	body := l.body(p, step)
 	id := l.EventID(i)
-	sig, err := standardwebhooks.Sign(l.b.secret, id, now, body)
+	sig, err := standardwebhooks.Sign(l.secret, id, now, body)
 	if err != nil {
 		return nil, err
 	}
-	h := newHeader()
+	h := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"paystream-loadgen"}}
 	h[http.CanonicalHeaderKey(standardwebhooks.HeaderID)] = []string{id}
 	h[http.CanonicalHeaderKey(standardwebhooks.HeaderTimestamp)] = []string{strconv.FormatInt(now.Unix(), 10)}
 	h[http.CanonicalHeaderKey(standardwebhooks.HeaderSignature)] = []string{sig}

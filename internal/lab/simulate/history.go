@@ -4,23 +4,26 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/paystream/paystream/internal/provider"
 )
 
-// Kind is what one step of a payment's history says happened.
-type Kind string
+// Kind is what one step of a payment's history says happened: the kinds of
+// fact a driver's fixture webhook tells (provider.Fixture).
+type Kind = provider.FixtureKind
 
 // The kinds of step a history is made of.
 const (
-	KindCreated     Kind = "created"
-	KindAuthorized  Kind = "authorized"
-	KindPaid        Kind = "paid"
-	KindFailed      Kind = "failed"
-	KindCanceled    Kind = "canceled"
-	KindRefund      Kind = "refund"       // a refund with its own id and amount
-	KindFullRefund  Kind = "full_refund"  // "refunded in full", without a refund id
-	KindDisputed    Kind = "disputed"     // a dispute of the whole captured amount opens
-	KindDisputeWon  Kind = "dispute_won"  // the merchant won it
-	KindDisputeLost Kind = "dispute_lost" // the buyer won it
+	KindCreated     = provider.FixtureCreated
+	KindAuthorized  = provider.FixtureAuthorized
+	KindPaid        = provider.FixturePaid
+	KindFailed      = provider.FixtureFailed
+	KindCanceled    = provider.FixtureCanceled
+	KindRefund      = provider.FixtureRefund      // a refund with its own id and amount
+	KindFullRefund  = provider.FixtureFullRefund  // "refunded in full", without a refund id
+	KindDisputed    = provider.FixtureDisputed    // a dispute of the whole captured amount opens
+	KindDisputeWon  = provider.FixtureDisputeWon  // the merchant won it
+	KindDisputeLost = provider.FixtureDisputeLost // the buyer won it
 )
 
 // Step is one fact of a payment's true history, told by one webhook.

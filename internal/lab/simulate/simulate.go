@@ -379,7 +379,7 @@ func generate(cfg Config, srcs []loadgen.Source, built map[string]*source.Source
 		o.Payments = append(o.Payments, &OraclePayment{History: h, Expected: Expect(h.Steps)})
 		for i := range h.Steps {
 			id := prof.eventID(x, p, i)
-			req, err := prof.build(signers[src.Name], &h, i, id, now)
+			req, err := signers[src.Name].build(&h, i, id, now)
 			if err != nil {
 				return nil, fmt.Errorf("build %s webhook of payment %s: %w", h.Steps[i].Kind, h.PaymentKey, err)
 			}
@@ -701,10 +701,9 @@ func (s *Simulation) send(ctx context.Context, d *delivery, e *OracleEvent) erro
 	if err := s.expose(e.Payment, e.Step); err != nil {
 		return err
 	}
-	prof := profiles[op.Driver]
 	sg := s.signers[op.Source]
 	for attempt := 0; ; attempt++ {
-		req, err := prof.build(sg, &op.History, e.Step, e.EventID, time.Now())
+		req, err := sg.build(&op.History, e.Step, e.EventID, time.Now())
 		if err != nil {
 			return fmt.Errorf("build webhook: %w", err)
 		}

@@ -160,7 +160,7 @@ func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
 				}
 				var facts []payment.Fact
 				for i, st := range h.Steps {
-					req, err := prof.build(sg, &h, i, prof.eventID(x, p, i), now)
+					req, err := sg.build(&h, i, prof.eventID(x, p, i), now)
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -29,3 +29,19 @@ func Factories() map[string]provider.Factory {
 		"zoop":             zoop.New,
 	}
 }
+
+// Fixtures returns a new map from driver name to the driver's
+// provider.FixtureFunc: each gateway's webhooks as it sends them, signed,
+// for tests and the tools (load generator, simulator).
+func Fixtures() map[string]provider.FixtureFunc {
+	return map[string]provider.FixtureFunc{
+		"standardwebhooks": standardwebhooks.Webhook,
+		"stripe":           stripe.Webhook,
+		"hmac":             hmac.Webhook,
+		"pagarme":          pagarme.Webhook,
+		"asaas":            asaas.Webhook,
+		"mercadopago":      mercadopago.Webhook,
+		"pagbank":          pagbank.Webhook,
+		"zoop":             zoop.Webhook,
+	}
+}
