@@ -8,42 +8,37 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
+// fixtureEvents are the event and the payment's status of each fixture
+// kind (the paid echo is PAYMENT_RECEIVED).
+var fixtureEvents = map[provider.FixtureKind][2]string{
+	provider.FixtureCreated:    {"PAYMENT_CREATED", "PENDING"},
+	provider.FixtureAuthorized: {"PAYMENT_AUTHORIZED", "AUTHORIZED"},
+	provider.FixturePaid:       {"PAYMENT_CONFIRMED", "CONFIRMED"},
+	provider.FixtureFailed:     {"PAYMENT_CREDIT_CARD_CAPTURE_REFUSED", "PENDING"},
+	provider.FixtureCanceled:   {"PAYMENT_DELETED", "PENDING"},
+	provider.FixtureFullRefund: {"PAYMENT_REFUNDED", "REFUNDED"},
+	provider.FixtureDisputed:   {"PAYMENT_CHARGEBACK_REQUESTED", "CHARGEBACK_REQUESTED"},
+	provider.FixtureDisputeWon: {"PAYMENT_AWAITING_CHARGEBACK_REVERSAL", "AWAITING_CHARGEBACK_REVERSAL"},
+}
 
 // Webhook is f as Asaas sends it: the event and the payment's status, with
 // the first secret of cfg as the access token. Asaas tells no partial
 // refund with its id and no lost chargeback.
 func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.Webhook, error) {
+	es, ok := fixtureEvents[f.Kind]
+	if !ok {
+		return nil, fmt.Errorf("asaas: %s: %w", f.Kind, provider.ErrNoFixture)
+	}
+	event, status := es[0], es[1]
+	if f.Kind == provider.FixturePaid && f.Echo {
+		event, status = "PAYMENT_RECEIVED", "RECEIVED"
+	}
+	body := fmt.Appendf(nil, `{"id":%q,"event":%q,"dateCreated":%q,"payment":{"object":"payment","id":%q,"value":%s,"billingType":"CREDIT_CARD","status":%q}}`,
+		f.EventID, event, f.At.In(brasilia).Format("2006-01-02 15:04:05"), f.PaymentID, money.Format(f.AmountMinor, f.Cur()), status)
 	secret, err := provider.FirstSecret("asaas", cfg)
 	if err != nil {
 		return nil, err
 	}
-	var event, status string
-	switch f.Kind {
-	case provider.FixtureCreated:
-		event, status = "PAYMENT_CREATED", "PENDING"
-	case provider.FixtureAuthorized:
-		event, status = "PAYMENT_AUTHORIZED", "AUTHORIZED"
-	case provider.FixturePaid:
-		event, status = "PAYMENT_CONFIRMED", "CONFIRMED"
-		if f.Echo {
-			event, status = "PAYMENT_RECEIVED", "RECEIVED"
-		}
-	case provider.FixtureFailed:
-		event, status = "PAYMENT_CREDIT_CARD_CAPTURE_REFUSED", "PENDING"
-	case provider.FixtureCanceled:
-		event, status = "PAYMENT_DELETED", "PENDING"
-	case provider.FixtureFullRefund:
-		event, status = "PAYMENT_REFUNDED", "REFUNDED"
-	case provider.FixtureDisputed:
-		event, status = "PAYMENT_CHARGEBACK_REQUESTED", "CHARGEBACK_REQUESTED"
-	case provider.FixtureDisputeWon:
-		event, status = "PAYMENT_AWAITING_CHARGEBACK_REVERSAL", "AWAITING_CHARGEBACK_REVERSAL"
-	default:
-		return nil, fmt.Errorf("asaas: %s: %w", f.Kind, provider.ErrNoFixture)
-	}
-	body := fmt.Appendf(nil, `{"id":%q,"event":%q,"dateCreated":%q,"payment":{"object":"payment","id":%q,"value":%s,"billingType":"CREDIT_CARD","status":%q}}`,
-		f.EventID, event, f.At.In(brasilia).Format("2006-01-02 15:04:05"), f.PaymentID, money.Format(f.AmountMinor, f.Cur()), status)
 	w := provider.NewWebhook(body)
 	w.Header.Set(HeaderToken, Sign(secret))
 	return w, nil

@@ -15,33 +15,40 @@ import (
 	"github.com/paystream/paystream/internal/provider/zoop"
 )
 
+// registry is every driver: its name in the sources file, its constructor
+// and its fixture webhooks.
+var registry = []struct {
+	name    string
+	factory provider.Factory
+	webhook provider.FixtureFunc
+}{
+	{"standardwebhooks", standardwebhooks.New, standardwebhooks.Webhook},
+	{"stripe", stripe.New, stripe.Webhook},
+	{"hmac", hmac.New, hmac.Webhook},
+	{"pagarme", pagarme.New, pagarme.Webhook},
+	{"asaas", asaas.New, asaas.Webhook},
+	{"mercadopago", mercadopago.New, mercadopago.Webhook},
+	{"pagbank", pagbank.New, pagbank.Webhook},
+	{"zoop", zoop.New, zoop.Webhook},
+}
+
 // Factories returns a new map from driver name, as written in the sources
 // file, to the driver's constructor.
 func Factories() map[string]provider.Factory {
-	return map[string]provider.Factory{
-		"standardwebhooks": standardwebhooks.New,
-		"stripe":           stripe.New,
-		"hmac":             hmac.New,
-		"pagarme":          pagarme.New,
-		"asaas":            asaas.New,
-		"mercadopago":      mercadopago.New,
-		"pagbank":          pagbank.New,
-		"zoop":             zoop.New,
+	m := make(map[string]provider.Factory, len(registry))
+	for _, d := range registry {
+		m[d.name] = d.factory
 	}
+	return m
 }
 
 // Fixtures returns a new map from driver name to the driver's
 // provider.FixtureFunc: each gateway's webhooks as it sends them, signed,
 // for tests and the tools (load generator, simulator).
 func Fixtures() map[string]provider.FixtureFunc {
-	return map[string]provider.FixtureFunc{
-		"standardwebhooks": standardwebhooks.Webhook,
-		"stripe":           stripe.Webhook,
-		"hmac":             hmac.Webhook,
-		"pagarme":          pagarme.Webhook,
-		"asaas":            asaas.Webhook,
-		"mercadopago":      mercadopago.Webhook,
-		"pagbank":          pagbank.Webhook,
-		"zoop":             zoop.Webhook,
+	m := make(map[string]provider.FixtureFunc, len(registry))
+	for _, d := range registry {
+		m[d.name] = d.webhook
 	}
+	return m
 }

@@ -8,18 +8,16 @@ import (
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // Webhook is f as a sender of paystream's payload convention signs it for
 // this driver: the convention's body, signed with the first secret of cfg
 // as cfg's options say (header, algorithm, prefix, encoding), and
 // f.EventID in the id header when one is configured.
 func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.Webhook, error) {
+	o := cfg.Options
 	secret, err := provider.FirstSecret("hmac", cfg)
 	if err != nil {
 		return nil, err
 	}
-	o := cfg.Options
 	if o[OptionHeader] == "" {
 		return nil, fmt.Errorf("hmac: option %q is required", OptionHeader)
 	}

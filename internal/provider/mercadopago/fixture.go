@@ -8,8 +8,6 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // Webhook is f as Mercado Pago notifies it: a thin notification
 // (payment.created for FixtureCreated, payment.updated for anything later:
 // the API tells what happened), f.EventID its numeric id, with data.id and
@@ -17,10 +15,6 @@ var _ provider.FixtureFunc = Webhook
 // first secret of cfg. Each delivery has its own x-request-id, retries
 // included.
 func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.Webhook, error) {
-	secret, err := provider.FirstSecret("mercadopago", cfg)
-	if err != nil {
-		return nil, err
-	}
 	action := "payment.updated"
 	if f.Kind == provider.FixtureCreated {
 		action = "payment.created"
@@ -29,6 +23,10 @@ func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.
 	body := fmt.Appendf(nil, `{"action":%q,"api_version":"v1","data":{"id":%q},"date_created":%q,"id":%s,"live_mode":false,"type":"payment","user_id":"0"}`,
 		action, pid, f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), f.EventID)
 	requestID := fmt.Sprintf("req%s-%s-%d", pid, f.EventID, now.UnixNano())
+	secret, err := provider.FirstSecret("mercadopago", cfg)
+	if err != nil {
+		return nil, err
+	}
 	w := provider.NewWebhook(body)
 	w.Header.Set(HeaderRequestID, requestID)
 	w.Header.Set(HeaderSignature, Sign(secret, pid, requestID, now))

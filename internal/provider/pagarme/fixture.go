@@ -8,16 +8,10 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // Webhook is f as Pagar.me sends it: a charge (or, for the paid echo and a
 // cancellation, order) hook, signed with the first secret of cfg.
 // f.PaymentID is the charge's id (ch_…); the order's derives from it.
 func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.Webhook, error) {
-	secret, err := provider.FirstSecret("pagarme", cfg)
-	if err != nil {
-		return nil, err
-	}
 	pid, amt, cur := f.PaymentID, f.AmountMinor, f.Cur()
 	order := "or_" + strings.TrimPrefix(pid, "ch_")
 	var typ, data string
@@ -50,6 +44,10 @@ func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.We
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"account":{"id":"acc_sim","name":"simulate"},"type":%q,"created_at":%q,"data":%s}`,
 		f.EventID, typ, f.At.UTC().Format(time.RFC3339Nano), data)
+	secret, err := provider.FirstSecret("pagarme", cfg)
+	if err != nil {
+		return nil, err
+	}
 	w := provider.NewWebhook(body)
 	w.Header.Set(HeaderSignature, Sign(secret, body))
 	return w, nil

@@ -7,17 +7,11 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // Webhook is f as PagBank sends it: the charge with its status and amount
 // summary, signed with the first secret of cfg (the account's token).
 // PagBank sends no event id; a refund is a PAID charge whose summary
 // counts the refunded total (no refund id); the orders API has no disputes.
 func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.Webhook, error) {
-	secret, err := provider.FirstSecret("pagbank", cfg)
-	if err != nil {
-		return nil, err
-	}
 	created, paidAt := f.At, time.Time{}
 	var status string
 	var paid, refunded int64
@@ -45,6 +39,10 @@ func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.We
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"reference_id":"simulate","status":%q,"created_at":%q%s,"amount":{"value":%d,"currency":%q,"summary":{"total":%d,"paid":%d,"refunded":%d}},"payment_method":{"type":"CREDIT_CARD"}}`,
 		f.PaymentID, status, created.UTC().Format(time.RFC3339Nano), paidField, f.AmountMinor, f.Cur(), f.AmountMinor, paid, refunded)
+	secret, err := provider.FirstSecret("pagbank", cfg)
+	if err != nil {
+		return nil, err
+	}
 	w := provider.NewWebhook(body)
 	w.Header.Set(HeaderSignature, Sign(secret, body))
 	return w, nil

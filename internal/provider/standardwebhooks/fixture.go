@@ -9,8 +9,6 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // conventionTypes are the convention's event types of each fixture kind
 // (a refund's depends on whether it completes the amount).
 var conventionTypes = map[provider.FixtureKind]string{

@@ -8,8 +8,6 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // disputeStatuses are the dispute object's status of each dispute kind.
 var disputeStatuses = map[provider.FixtureKind]string{
 	provider.FixtureDisputed: "needs_response", provider.FixtureDisputeWon: "won", provider.FixtureDisputeLost: "lost",
@@ -21,10 +19,6 @@ var disputeStatuses = map[provider.FixtureKind]string{
 // is the payment intent's id (pi_…); the charge and dispute ids derive
 // from it.
 func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.Webhook, error) {
-	secret, err := provider.FirstSecret("stripe", cfg)
-	if err != nil {
-		return nil, err
-	}
 	pid, amt, cur := f.PaymentID, f.Step(), strings.ToLower(f.Cur())
 	charge := "ch_" + strings.TrimPrefix(pid, "pi_")
 	var typ, obj string
@@ -57,6 +51,10 @@ func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.
 		return nil, fmt.Errorf("stripe: %s: %w", f.Kind, provider.ErrNoFixture)
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","created":%d,"type":%q,"data":{"object":%s}}`, f.EventID, f.At.Unix(), typ, obj)
+	secret, err := provider.FirstSecret("stripe", cfg)
+	if err != nil {
+		return nil, err
+	}
 	w := provider.NewWebhook(body)
 	w.Header.Set(HeaderSignature, Sign(secret, now, body))
 	return w, nil

@@ -9,8 +9,6 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 )
 
-var _ provider.FixtureFunc = Webhook
-
 // fixtureTypes are the Zoop event types of each fixture kind (the paid
 // echo is transaction.capture.succeeded).
 var fixtureTypes = map[provider.FixtureKind]string{
@@ -25,10 +23,6 @@ var fixtureTypes = map[provider.FixtureKind]string{
 // as nothing in it is trusted), authenticated by the first secret of cfg in
 // basic auth or, with auth: query, in the query parameter.
 func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.Webhook, error) {
-	secret, err := provider.FirstSecret("zoop", cfg)
-	if err != nil {
-		return nil, err
-	}
 	typ, ok := fixtureTypes[f.Kind]
 	if !ok {
 		return nil, fmt.Errorf("zoop: %s: %w", f.Kind, provider.ErrNoFixture)
@@ -38,6 +32,10 @@ func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.We
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"type":%q,"resource":"event","payload":{"object":{"id":%q,"resource":"transaction"}},"created_at":%q}`,
 		f.EventID, typ, f.PaymentID, f.At.UTC().Format("2006-01-02T15:04:05-0700"))
+	secret, err := provider.FirstSecret("zoop", cfg)
+	if err != nil {
+		return nil, err
+	}
 	w := provider.NewWebhook(body)
 	if cfg.Options[OptionAuth] == AuthQuery {
 		w.RawQuery = url.Values{cmp.Or(cfg.Options[OptionQueryParam], DefaultQueryParam): {secret}}.Encode()
