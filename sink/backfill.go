@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/store"
@@ -38,6 +39,11 @@ type BackfillConfig struct {
 	CheckpointTopic string
 	// Deployment is the relay's Config.Deployment. Defaults to none.
 	Deployment string
+	// StateFormat and SchemaRegistry are the relay's Config.StateFormat
+	// and Config.SchemaRegistry: the events are published in its format.
+	// Default to FormatJSON.
+	StateFormat    Format
+	SchemaRegistry *sr.Client
 	// TakeOverFor bounds how long Backfill tries to take the slot from the
 	// active relay. Defaults to 30s.
 	TakeOverFor time.Duration
@@ -133,6 +139,10 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, cfg BackfillConfig) (Back
 		return rep, fmt.Errorf("fence the relay (init producer id): %w", err)
 	}
 
+	enc, err := stateFormat(ctx, cfg.StateFormat, cfg.SchemaRegistry, cfg.LatestTopic)
+	if err != nil {
+		return rep, err
+	}
 	source := []byte(CESource(id))
 	err = pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		total, err := store.CountPayments(ctx, tx)
@@ -149,7 +159,7 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, cfg BackfillConfig) (Back
 			}
 			records := make([]*kgo.Record, 0, len(page))
 			for _, t := range page {
-				rec, err := stateRecord(cfg.LatestTopic, source, t, HeaderBackfilled)
+				rec, err := stateRecord(cfg.LatestTopic, source, t, HeaderBackfilled, enc)
 				if err != nil {
 					return err
 				}

@@ -14,8 +14,9 @@ import (
 
 // latestRecords returns, for the latest-state topic named topic, the
 // newest of records (state records, per payment in version order) of each
-// payment: the same key, value and headers. None when topic is "".
-func latestRecords(topic string, records []*kgo.Record) []*kgo.Record {
+// payment: the same key, value and headers (an Avro value with topic's
+// schema id, per enc). None when topic is "".
+func latestRecords(topic string, records []*kgo.Record, enc *encoding) []*kgo.Record {
 	if topic == "" {
 		return nil
 	}
@@ -27,7 +28,8 @@ func latestRecords(topic string, records []*kgo.Record) []*kgo.Record {
 			continue
 		}
 		seen[string(r.Key)] = true
-		out = append(out, &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: r.Headers})
+		value, headers := enc.retarget(r.Value, r.Headers, topic)
+		out = append(out, &kgo.Record{Topic: topic, Key: r.Key, Value: value, Headers: headers})
 	}
 	return out
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/retry"
@@ -103,6 +104,16 @@ type Config struct {
 	// TransactionTimeout is the Kafka transaction timeout, and bounds
 	// flushing and committing one. Defaults to 30s.
 	TransactionTimeout time.Duration
+	// StateFormat is the encoding of the state values on Topic and
+	// LatestTopic: FormatJSON, the processor's JSON as it is, or
+	// FormatAvro, which registers schemas/payment-state.v1.avsc with
+	// SchemaRegistry under each topic's "<topic>-value" subject (setting
+	// its compatibility to BACKWARD) and writes the Confluent wire format.
+	// Defaults to FormatJSON.
+	StateFormat Format
+	// SchemaRegistry is the Schema Registry client of FormatAvro.
+	// Required with it.
+	SchemaRegistry *sr.Client
 	// KafkaOpts are extra franz-go options, given to every Kafka client.
 	KafkaOpts []kgo.Opt
 	// KafkaClientOpts, when set, returns more options for one Kafka client
@@ -139,6 +150,9 @@ type Relay struct {
 	// records' ce_source.
 	id       Identity
 	ceSource []byte
+	// enc encodes the state values in StateFormat, set up by setup; nil
+	// for JSON.
+	enc *encoding
 	// prefix is the state messages' prefix: the pool's current schema's.
 	prefix string
 	// keys are the checkpoint keys read at takeover: the identity's, and
@@ -200,6 +214,12 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	}
 	if cfg.MaxBatchEvents < 0 {
 		return nil, fmt.Errorf("sink config: MaxBatchEvents %d must be positive", cfg.MaxBatchEvents)
+	}
+	if _, err := ParseFormat(string(cfg.StateFormat)); err != nil {
+		return nil, fmt.Errorf("sink config: StateFormat: %w", err)
+	}
+	if cfg.StateFormat == FormatAvro && cfg.SchemaRegistry == nil {
+		return nil, errors.New("sink config: SchemaRegistry is required with StateFormat avro")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -347,7 +367,11 @@ func (r *Relay) setup(ctx context.Context) error {
 	if err := ensureCheckpointTopic(ctx, adm, r.cfg.CheckpointTopic); err != nil {
 		return err
 	}
-	return ensureLatestTopic(ctx, adm, r.cfg.Topic, r.cfg.LatestTopic)
+	if err := ensureLatestTopic(ctx, adm, r.cfg.Topic, r.cfg.LatestTopic); err != nil {
+		return err
+	}
+	r.enc, err = stateFormat(ctx, r.cfg.StateFormat, r.cfg.SchemaRegistry, r.cfg.Topic, r.cfg.LatestTopic)
+	return err
 }
 
 // lead takes the slot, fences the previous relay's producer, reads the
@@ -657,6 +681,10 @@ func (s *session) decoded(ctx context.Context, m pglogrepl.Message) error {
 			for _, h := range ev.Headers {
 				rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 			}
+			if err := s.r.enc.encode(rec); err != nil {
+				// Like an unreadable frame: never skipped.
+				return fmt.Errorf("state message at %s: %w", m.LSN, err)
+			}
 			s.txn = append(s.txn, rec)
 		}
 	case *pglogrepl.CommitMessage:
@@ -727,7 +755,7 @@ func (s *session) publish(ctx context.Context) error {
 			}
 		}
 	}
-	for _, rec := range latestRecords(s.r.cfg.LatestTopic, s.pending) {
+	for _, rec := range latestRecords(s.r.cfg.LatestTopic, s.pending, s.r.enc) {
 		s.cl.Produce(tctx, rec, promise)
 	}
 	s.cl.Produce(tctx, ckptRec, promise)

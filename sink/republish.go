@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
@@ -48,6 +49,11 @@ type RepublishConfig struct {
 	CheckpointTopic string
 	// Deployment is the relay's Config.Deployment. Defaults to none.
 	Deployment string
+	// StateFormat and SchemaRegistry are the relay's Config.StateFormat
+	// and Config.SchemaRegistry: the events are published in its format.
+	// Default to FormatJSON.
+	StateFormat    Format
+	SchemaRegistry *sr.Client
 	// Since, when set, is the earliest transition time to publish again,
 	// instead of the checkpoint's commit time minus Margin: for a
 	// checkpoint written by a relay before commit times were recorded, or
@@ -208,6 +214,12 @@ func Republish(ctx context.Context, pool *pgxpool.Pool, cfg RepublishConfig) (Re
 	if err != nil {
 		return rep, err
 	}
+	var enc *encoding // a dry run registers nothing: it counts JSON records
+	if !cfg.DryRun {
+		if enc, err = stateFormat(ctx, cfg.StateFormat, cfg.SchemaRegistry, cfg.Topic, cfg.LatestTopic); err != nil {
+			return rep, err
+		}
+	}
 	var records []*kgo.Record
 	source := []byte(CESource(id))
 	for _, t := range transitions {
@@ -216,7 +228,7 @@ func Republish(ctx context.Context, pool *pgxpool.Pool, cfg RepublishConfig) (Re
 			rep.OnTopic++
 			continue
 		}
-		rec, err := stateRecord(cfg.Topic, source, t, HeaderRepublished)
+		rec, err := stateRecord(cfg.Topic, source, t, HeaderRepublished, enc)
 		if err != nil {
 			return rep, err
 		}
@@ -232,7 +244,7 @@ func Republish(ctx context.Context, pool *pgxpool.Pool, cfg RepublishConfig) (Re
 		return rep, fmt.Errorf("read the server's time: %w", err)
 	}
 	ckpt = checkpoint{LSN: rep.SlotLSN, SystemID: sys.SystemID, Timeline: sys.Timeline, CommitTime: now}
-	if err := publishRepublished(ctx, producer, cfg, records, id.Key(), ckpt); err != nil {
+	if err := publishRepublished(ctx, producer, cfg, records, id.Key(), ckpt, enc); err != nil {
 		return rep, err
 	}
 	return rep, markPublication(ctx, pool, slot, slotMarker)
@@ -299,8 +311,9 @@ func quoteLiteral(s string) string {
 
 // stateRecord is the record on topic of t's state event, as the processor
 // builds it but with the payment's state now, its ce_time t's recorded_at,
-// and a header mark set to 1 (HeaderRepublished, HeaderBackfilled).
-func stateRecord(topic string, source []byte, t store.RecordedTransition, mark string) (*kgo.Record, error) {
+// and a header mark set to 1 (HeaderRepublished, HeaderBackfilled), its
+// value encoded by enc as the relay's.
+func stateRecord(topic string, source []byte, t store.RecordedTransition, mark string, enc *encoding) (*kgo.Record, error) {
 	var st payment.State
 	if err := json.Unmarshal(t.State, &st); err != nil {
 		return nil, fmt.Errorf("payment %s state: %w", t.PaymentKey, err)
@@ -332,12 +345,16 @@ func stateRecord(topic string, source []byte, t store.RecordedTransition, mark s
 	key := []byte(t.PaymentKey)
 	headers := stateHeaders([]byte(ev.EventID), key, ceTime(t.RecordedAt), source, 1)
 	headers = append(headers, kgo.RecordHeader{Key: mark, Value: []byte("1")})
-	return &kgo.Record{Topic: topic, Key: key, Value: payload, Headers: headers}, nil
+	rec := &kgo.Record{Topic: topic, Key: key, Value: payload, Headers: headers}
+	if err := enc.encode(rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // publishRepublished publishes records in Kafka transactions of at most
 // cfg.TransactionEvents, the last one with the checkpoint ckpt under key.
-func publishRepublished(ctx context.Context, cl *kgo.Client, cfg RepublishConfig, records []*kgo.Record, key string, ckpt checkpoint) error {
+func publishRepublished(ctx context.Context, cl *kgo.Client, cfg RepublishConfig, records []*kgo.Record, key string, ckpt checkpoint, enc *encoding) error {
 	ckptRec, err := checkpointRecord(cfg.CheckpointTopic, key, ckpt)
 	if err != nil {
 		return err
@@ -346,7 +363,7 @@ func publishRepublished(ctx context.Context, cl *kgo.Client, cfg RepublishConfig
 		n := min(cfg.TransactionEvents, len(records)-done)
 		batch := records[done : done+n]
 		last := done+n == len(records)
-		batch = append(batch[:n:n], latestRecords(cfg.LatestTopic, batch)...)
+		batch = append(batch[:n:n], latestRecords(cfg.LatestTopic, batch, enc)...)
 		if last {
 			batch = append(batch, ckptRec)
 		}
