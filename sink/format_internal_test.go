@@ -220,3 +220,114 @@ func BenchmarkAvroEncode(b *testing.B) {
 	b.ReportMetric(float64(len(payload)), "json-bytes/op")
 	b.ReportMetric(float64(out), "avro-bytes/op")
 }
+
+// evolve returns payment-state.v1.avsc with edit applied to its parsed
+// JSON.
+func evolve(t *testing.T, edit func(doc map[string]any)) string {
+	t.Helper()
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(schemas.PaymentStateAvro), &doc); err != nil {
+		t.Fatal(err)
+	}
+	edit(doc)
+	b, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func fields(doc map[string]any) []any { return doc["fields"].([]any) }
+
+// TestAvroSchemaEvolvesBackward: the changes docs/consumers.md allows in
+// v1 (a new optional field, in the event or in payment, with a default)
+// are BACKWARD compatible — a consumer on the new schema reads every
+// event written with v1, the new fields at their defaults — and the
+// changes it forbids (a new required field, a field's type changed) are
+// not. Checked with hamba/avro's schema compatibility and resolution, and,
+// when PAYSTREAM_TEST_SCHEMA_REGISTRY_URL names a real registry, by the
+// registry itself on a subject set to BACKWARD (franz-go's srfake accepts
+// anything, so it checks nothing there).
+func TestAvroSchemaEvolvesBackward(t *testing.T) {
+	t.Parallel()
+	v1 := avro.MustParse(schemas.PaymentStateAvro)
+	allowed := evolve(t, func(doc map[string]any) {
+		doc["fields"] = append(fields(doc), map[string]any{"name": "settled_at", "default": nil,
+			"type": []any{"null", map[string]any{"type": "long", "logicalType": "timestamp-micros"}}})
+		for _, f := range fields(doc) {
+			if f := f.(map[string]any); f["name"] == "payment" {
+				p := f["type"].(map[string]any)
+				p["fields"] = append(p["fields"].([]any), map[string]any{"name": "captured_minor", "type": "long", "default": 0})
+			}
+		}
+	})
+	requiredAdded := evolve(t, func(doc map[string]any) {
+		doc["fields"] = append(fields(doc), map[string]any{"name": "merchant_id", "type": "string"})
+	})
+	retyped := evolve(t, func(doc map[string]any) {
+		for _, f := range fields(doc) {
+			if f := f.(map[string]any); f["name"] == "amount_minor" {
+				f["type"] = "string"
+			}
+		}
+	})
+
+	compat := avro.NewSchemaCompatibility()
+	next := avro.MustParse(allowed)
+	if err := compat.Compatible(next, v1); err != nil {
+		t.Fatalf("new optional fields: not BACKWARD compatible: %v", err)
+	}
+	for name, s := range map[string]string{"a new required field": requiredAdded, "amount_minor retyped to string": retyped} {
+		if err := compat.Compatible(avro.MustParse(s), v1); err == nil {
+			t.Errorf("%s: BACKWARD compatible, want refused", name)
+		}
+	}
+
+	// An event written with v1, read with the evolved schema.
+	ev := sampleState("acme:pay_1", 3)
+	payload, _ := json.Marshal(ev)
+	var st avroState
+	if err := json.Unmarshal(payload, &st); err != nil {
+		t.Fatal(err)
+	}
+	written, err := avro.Marshal(v1, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolved, err := compat.Resolve(next, v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read map[string]any
+	if err := avro.Unmarshal(resolved, written, &read); err != nil {
+		t.Fatal(err)
+	}
+	if read["amount_minor"] != ev.AmountMinor || read["settled_at"] != nil ||
+		read["payment"].(map[string]any)["captured_minor"] != int64(0) {
+		t.Errorf("v1 event read with the evolved schema: %v", read)
+	}
+
+	url := os.Getenv("PAYSTREAM_TEST_SCHEMA_REGISTRY_URL")
+	if url == "" {
+		t.Log("no PAYSTREAM_TEST_SCHEMA_REGISTRY_URL: the registry's own BACKWARD check is not exercised (srfake has none)")
+		return
+	}
+	ctx := context.Background()
+	cl := testRegistry(t)
+	topic := "t.evolve." + strconv.FormatInt(time.Now().UnixNano(), 36)
+	if _, err := stateFormat(ctx, FormatAvro, cl, topic); err != nil {
+		t.Fatal(err)
+	}
+	subject := Subject(topic)
+	if res := cl.Compatibility(ctx, subject); res[0].Err != nil || res[0].Level != sr.CompatBackward {
+		t.Fatalf("subject %s compatibility %v (%v), want BACKWARD", subject, res[0].Level, res[0].Err)
+	}
+	for name, s := range map[string]string{"a new required field": requiredAdded, "amount_minor retyped to string": retyped} {
+		if _, err := cl.CreateSchema(ctx, subject, sr.Schema{Schema: s, Type: sr.TypeAvro}); err == nil {
+			t.Errorf("registry accepted %s under BACKWARD", name)
+		}
+	}
+	if _, err := cl.CreateSchema(ctx, subject, sr.Schema{Schema: allowed, Type: sr.TypeAvro}); err != nil {
+		t.Errorf("registry refused the new optional fields: %v", err)
+	}
+}
