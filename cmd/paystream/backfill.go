@@ -14,6 +14,7 @@ type backfillCmd struct {
 	dbFlags
 	topicFlags
 	checkpointFlags
+	stateFormatFlags
 	Deployment  string        `help:"The sink's --deployment, if it has one." env:"PAYSTREAM_DEPLOYMENT" placeholder:"NAME"`
 	TakeOverFor time.Duration `help:"How long to try taking the replication slot from the active relay." default:"30s"`
 }
@@ -48,6 +49,10 @@ func (c *backfillCmd) Run(ctx context.Context, e *env) error {
 		return fmt.Errorf("backfill: --latest-topic is empty: nothing to rebuild")
 	}
 	var last time.Time
+	format, registry, err := c.stateFormat()
+	if err != nil {
+		return err
+	}
 	rep, err := sink.Backfill(ctx, pool, sink.BackfillConfig{
 		Brokers:         brokers,
 		KafkaOpts:       kafkaOpts,
@@ -55,6 +60,8 @@ func (c *backfillCmd) Run(ctx context.Context, e *env) error {
 		LatestTopic:     c.LatestTopic,
 		CheckpointTopic: c.CheckpointTopic,
 		Deployment:      c.Deployment,
+		StateFormat:     format,
+		SchemaRegistry:  registry,
 		TakeOverFor:     c.TakeOverFor,
 		Logger:          e.log,
 		Progress: func(done, total int64) {

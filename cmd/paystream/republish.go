@@ -14,6 +14,7 @@ type republishCmd struct {
 	dbFlags
 	topicFlags
 	checkpointFlags
+	stateFormatFlags
 	Deployment string        `help:"The sink's --deployment, if it has one." env:"PAYSTREAM_DEPLOYMENT" placeholder:"NAME"`
 	Since      time.Time     `help:"Publish again the transitions recorded since this time (RFC 3339), instead of since the relay's newest checkpoint minus --margin. Needed when no checkpoint of the server's WAL history has a commit time." placeholder:"TIME"`
 	Margin     time.Duration `help:"How long before the newest checkpoint's commit time to start: transactions commit in another order than they start." default:"5m"`
@@ -54,6 +55,10 @@ func (c *republishCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	var last time.Time
+	format, registry, err := c.stateFormat()
+	if err != nil {
+		return err
+	}
 	rep, err := sink.Republish(ctx, pool, sink.RepublishConfig{
 		Brokers:         brokers,
 		KafkaOpts:       kafkaOpts,
@@ -61,6 +66,8 @@ func (c *republishCmd) Run(ctx context.Context, e *env) error {
 		CheckpointTopic: c.CheckpointTopic,
 		LatestTopic:     c.LatestTopic,
 		Deployment:      c.Deployment,
+		StateFormat:     format,
+		SchemaRegistry:  registry,
 		Since:           c.Since,
 		Margin:          c.Margin,
 		DryRun:          c.DryRun,

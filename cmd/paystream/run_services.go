@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/paystream/paystream/ingest"
@@ -281,7 +282,37 @@ type checkpointFlags struct {
 	CheckpointTopic string `help:"Compacted topic where the sink records, in each Kafka transaction, the WAL position it reached." default:"${checkpoint_topic}" env:"PAYSTREAM_CHECKPOINT_TOPIC"`
 }
 
+// stateFormatFlags choose the encoding of the state values the sink (and
+// republish, backfill) writes.
+type stateFormatFlags struct {
+	StateFormat            string `help:"Encoding of the state values on the state and latest-state topics: json (the processor's JSON, schemas/payment-state.v1.json) or avro (schemas/payment-state.v1.avsc in the Confluent wire format, registered under <topic>-value with compatibility BACKWARD; needs --schema-registry-url). Republish and backfill must use the sink's." enum:"json,avro" default:"json" env:"PAYSTREAM_STATE_FORMAT"`
+	SchemaRegistryURL      string `help:"Schema Registry (Confluent API) of --state-format avro." env:"PAYSTREAM_SCHEMA_REGISTRY_URL" placeholder:"URL"`
+	SchemaRegistryUser     string `help:"HTTP basic auth user for the Schema Registry." env:"PAYSTREAM_SCHEMA_REGISTRY_USER" placeholder:"USER"`
+	SchemaRegistryPassword string `help:"HTTP basic auth password for the Schema Registry (prefer the environment variable)." env:"PAYSTREAM_SCHEMA_REGISTRY_PASSWORD" placeholder:"PASSWORD"`
+}
+
+// stateFormat returns the format and, for avro, the registry client.
+func (f stateFormatFlags) stateFormat() (sink.Format, *sr.Client, error) {
+	format, err := sink.ParseFormat(f.StateFormat)
+	if err != nil || format != sink.FormatAvro {
+		return format, nil, err
+	}
+	if f.SchemaRegistryURL == "" {
+		return "", nil, errors.New("--state-format avro needs --schema-registry-url")
+	}
+	opts := []sr.ClientOpt{sr.URLs(f.SchemaRegistryURL), sr.UserAgent("paystream")}
+	if f.SchemaRegistryUser != "" {
+		opts = append(opts, sr.BasicAuth(f.SchemaRegistryUser, f.SchemaRegistryPassword))
+	}
+	cl, err := sr.NewClient(opts...)
+	if err != nil {
+		return "", nil, fmt.Errorf("schema registry client: %w", err)
+	}
+	return format, cl, nil
+}
+
 type sinkFlags struct {
+	stateFormatFlags
 	HeartbeatInterval time.Duration `help:"How often the active relay writes a small heartbeat message into the WAL, so the slot's position moves (and Postgres recycles WAL) on a quiet database; it also refreshes paystream_sink_slot_lag_bytes." default:"10s" env:"PAYSTREAM_SINK_HEARTBEAT_INTERVAL"`
 	StandbyRetry      time.Duration `help:"How often a standby replica tries to take the replication slot: the longest it waits after the active relay is gone." default:"1s" env:"PAYSTREAM_SINK_STANDBY_RETRY"`
 	Deployment        string        `help:"Name of this deployment, part of the relay's Kafka transactional id and checkpoint key. Set it when two environments share a Kafka cluster and their databases may share a Postgres system identifier (a database cloned from another's backup)." env:"PAYSTREAM_DEPLOYMENT" placeholder:"NAME"`
@@ -334,9 +365,15 @@ func (c *sinkCmd) Run(ctx context.Context, e *env) error {
 	if err := serveMetrics(ctx, e, c.MetricsAddr, pool.Ping); err != nil {
 		return err
 	}
+	format, registry, err := c.stateFormat()
+	if err != nil {
+		return err
+	}
 	r, err := sink.New(pool, sink.Config{
 		Brokers:           brokers,
 		KafkaOpts:         kafkaOpts,
+		StateFormat:       format,
+		SchemaRegistry:    registry,
 		Topic:             c.StateTopic,
 		CheckpointTopic:   c.CheckpointTopic,
 		LatestTopic:       c.LatestTopic,
