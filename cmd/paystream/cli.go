@@ -43,6 +43,7 @@ type cli struct {
 	Reconcile reconcileCmd `cmd:"" help:"Check ledger against payment state, waiting payments, state events on the topic and the DLQ; exit 3 on drift."`
 	DLQ       dlqCmd       `cmd:"" name:"dlq" help:"List, show and replay dead-lettered webhooks (the DLQ topic)."`
 	Tail      tailCmd      `cmd:"" help:"Print the payment-state topic as it grows (read_committed), for people and scripts."`
+	Console   consoleCmd   `cmd:"" help:"Serve a read-only web console: a payment's story, the stuck work and the pipeline's health (docs/console.md)."`
 	Alerts    alertsCmd    `cmd:"" help:"Print the Prometheus alert rules, their runbook links under --runbook-base-url."`
 	Version   versionCmd   `cmd:"" help:"Print the version, the commit and the Go release paystream was built from."`
 }
