@@ -26,18 +26,25 @@ const (
 	// spends fewer system calls and goroutine switches per request on a
 	// keep-alive connection. Two differences: a request counts as in
 	// flight once its first 8 KiB of body (or all of it, if shorter) have
-	// arrived, not once its headers have; and each connection holds a
-	// read buffer of maxHeaderBytes.
+	// arrived, not once its headers have; and a connection that served a
+	// request keeps a read buffer of maxHeaderBytes while idle (net/http
+	// keeps 4 KiB for reading and 4 KiB for writing).
 	HTTPServerFast = "fasthttp"
 	// HTTPServerNet is Go's net/http.
 	HTTPServerNet = "net/http"
 )
 
-// maxHeaderBytes bounds a request's line and headers, on either server.
-const maxHeaderBytes = 64 << 10
+// maxHeaderBytes bounds a request's line and headers, on either server
+// (net/http reads up to 4 KiB more before it answers 431). It is also
+// fasthttp's read buffer, which each connection keeps once it served a
+// request: 16 KiB, as Node.js and AWS's load balancers allow per header,
+// is far above what gateways send (about 1 KiB) and keeps an idle
+// connection at about 24 KiB (64 KiB kept about 76).
+const maxHeaderBytes = 16 << 10
 
-// fastServer is the fasthttp server Serve runs.
-func (s *Server) fastServer() *fasthttp.Server {
+// fastServer is the fasthttp server Serve runs, on a listener wrapped by
+// lim (nil: none).
+func (s *Server) fastServer(lim *connLimiter) *fasthttp.Server {
 	other := fasthttpadaptor.NewFastHTTPHandler(s.closingWhenDraining(s.handler))
 	return &fasthttp.Server{
 		Handler: func(c *fasthttp.RequestCtx) {
@@ -61,12 +68,29 @@ func (s *Server) fastServer() *fasthttp.Server {
 			return fasthttp.RequestConfig{ReadTimeout: s.cfg.ReadTimeout}
 		},
 		WriteTimeout:   s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
-		IdleTimeout:    90 * time.Second,
+		IdleTimeout:    s.cfg.IdleTimeout,
 		ReadBufferSize: maxHeaderBytes,
-		// Bodies stream: a webhook is admitted on its Content-Length
-		// before its body is read, as on net/http (fasthttp reads up to
-		// 8 KiB of it ahead), and its source's limit is enforced as it is
-		// read (fasthttp's MaxRequestBodySize does not apply to a stream).
+		// A new connection waits for its first byte with no read buffer,
+		// and an idle one keeps no write buffer.
+		ReduceMemoryUsage: true,
+		// The connLimiter Serve wraps the listener in enforces MaxConns;
+		// fasthttp's own cap, above it, only bounds the workers of
+		// connections being closed meanwhile.
+		Concurrency: 2 * s.cfg.MaxConns,
+		ConnState: func(c net.Conn, state fasthttp.ConnState) {
+			switch {
+			case lim == nil, state == fasthttp.StateNew: // waiting since Accept
+			case state == fasthttp.StateIdle:
+				lim.setWaiting(c, true)
+			default:
+				lim.setWaiting(c, false)
+			}
+		},
+		// Bodies stream: a webhook is admitted before its body is read,
+		// as on net/http (fasthttp reads up to 8 KiB of it ahead), its
+		// buffer charged as the bytes arrive, and its source's limit is
+		// enforced as it is read (fasthttp's MaxRequestBodySize does not
+		// apply to a stream).
 		StreamRequestBody:            true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,
@@ -110,17 +134,20 @@ func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, rt *route) {
 	if contentLength == -2 {
 		contentLength = 0 // neither Content-Length nor chunked: no body, as net/http reads it
 	}
-	a = s.webhook(ctx, rt, contentLength, func(rt *route, buf *[]byte) ([]byte, error) {
+	a = s.webhook(ctx, rt, func(rt *route, buf *[]byte, charge *bodyCharge) ([]byte, error) {
 		// Over the limit, it reads up to the limit as net/http does, so
 		// that a client still writing its body reads the 413 rather than
 		// a connection reset.
 		limit := rt.src.MaxBodyBytes
 		if stream := c.RequestBodyStream(); stream != nil {
-			return readBody(newMaxBytesReader(stream, limit), contentLength, limit, buf)
+			return readBody(newMaxBytesReader(stream, limit), contentLength, limit, buf, charge)
 		}
-		body := c.PostBody()
+		body := c.PostBody() // no stream: the body was read ahead whole, within bodyAllowance
 		if int64(len(body)) > limit {
 			return nil, &http.MaxBytesError{Limit: limit}
+		}
+		if err := charge.add(max(int64(len(body))-bodyAllowance, 0)); err != nil {
+			return nil, err
 		}
 		return body, nil
 	}, func() request {

@@ -199,36 +199,42 @@ func burst(t *testing.T, b *bench, n int, size int) map[int]int {
 	return codes
 }
 
-// TestInFlightCap: with MaxInFlight requests held by slow bodies, every
-// further webhook is answered 503 with Retry-After at once and counted as
-// overloaded; once the slow ones finish (200), webhooks are accepted again.
+// TestInFlightCap: with MaxInFlight requests waiting for a broker that
+// does not answer, every further webhook is answered 503 with Retry-After
+// at once and counted as overloaded; once the broker answers (200), webhooks
+// are accepted again. A request counts once its body is in: slow bodies
+// never hold a place (TestSlowBodiesDoNotStarveGateways).
 func TestInFlightCap(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
 		const maxInFlight, extra = 4, 20
-		const slowSize = 10000 // fasthttp reads 8 KiB of a body before its handler runs
-		b := setup(t, server, func(c *ingest.Config) { c.MaxInFlight = maxInFlight })
-		var finishes []func() int
-		for range maxInFlight {
-			now := time.Now()
-			finishes = append(finishes, slowBody(t, b.url, signedStandard(t, "sw", swSecret, "msg_slow_"+uniq(), now, bodyOfSize(t, "pay_slow_"+uniq(), now, slowSize))))
+		g := newGate()
+		b := setup(t, server, func(c *ingest.Config) {
+			c.MaxInFlight, c.ProduceTimeout = maxInFlight, 30*time.Second
+			c.KafkaOpts = []kgo.Opt{kgo.Dialer(g.dial)}
+		})
+		t.Cleanup(g.reopen)
+		if codes := burst(t, b, 1, 200); codes[http.StatusOK] != 1 { // connects the producer
+			t.Fatalf("warm-up: %v", codes)
 		}
+		g.shut()
+		held := make(chan map[int]int, 1)
+		go func() { held <- burst(t, b, maxInFlight, 200) }()
 		testenv.Eventually(t, 10*time.Second, func() bool {
 			v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
 			return v == maxInFlight
-		}, "%d slow requests in flight", maxInFlight)
+		}, "%d requests waiting for the broker", maxInFlight)
 
 		codes := burst(t, b, extra, 200)
-		t.Logf("with %d slow bodies in flight (cap %d), %d more requests: %v", maxInFlight, maxInFlight, extra, codes)
+		t.Logf("with %d requests waiting for the broker (cap %d), %d more requests: %v", maxInFlight, maxInFlight, extra, codes)
 		if codes[http.StatusServiceUnavailable] != extra {
 			t.Errorf("%d of %d requests over the cap answered 503, want all", codes[http.StatusServiceUnavailable], extra)
 		}
-		for i, finish := range finishes {
-			if code := finish(); code != http.StatusOK {
-				t.Errorf("slow request %d: %d, want 200", i, code)
-			}
+		g.reopen()
+		if codes := <-held; codes[http.StatusOK] != maxInFlight {
+			t.Errorf("the requests that waited for the broker: %v, want %d × 200", codes, maxInFlight)
 		}
 		if codes := burst(t, b, 2, 200); codes[http.StatusOK] != 2 {
-			t.Errorf("after the slow requests finished: %v, want 2 × 200", codes)
+			t.Errorf("after the broker answered: %v, want 2 × 200", codes)
 		}
 		mfs := scrape(t, b.url)
 		for _, c := range []struct {
@@ -238,7 +244,7 @@ func TestInFlightCap(t *testing.T) {
 		}{
 			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "overloaded"}, extra},
 			{"paystream_ingest_overload_rejections_total", map[string]string{"limit": "in_flight"}, extra},
-			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "accepted"}, maxInFlight + 2},
+			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "accepted"}, 1 + maxInFlight + 2},
 			{"paystream_ingest_requests_total", map[string]string{"source": "sw", "outcome": "unavailable"}, 0},
 		} {
 			if v, ok := metricValue(mfs, c.name, c.labels); v != c.want {
@@ -248,9 +254,9 @@ func TestInFlightCap(t *testing.T) {
 	})
 }
 
-// TestBufferedBodyBytesCap: requests whose announced bodies would pass
-// MaxBufferedBodyBytes are answered 503 while slow bodies hold it; smaller
-// ones still get in.
+// TestBufferedBodyBytesCap: bodies whose buffers would pass
+// MaxBufferedBodyBytes beyond their first 8 KiB are answered 503 while slow
+// bodies hold it; bodies within 8 KiB still get in.
 func TestBufferedBodyBytesCap(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
 		sources, err := source.Parse([]byte(`
@@ -263,35 +269,41 @@ sources:
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Two slow bodies fit, a third does not. Over 8 KiB: fasthttp reads
-		// that much of a body before its handler runs.
-		const size, budget = 10000, 22000
-		b := setup(t, server, func(c *ingest.Config) { c.Sources = sources; c.MaxBufferedBodyBytes = budget })
+		// Each body of 16,000 bytes holds 16,001 - 8,192 = 7,809 bytes of
+		// the cap: two slow ones fit, a third does not.
+		const size, budget = 16000, 20000
+		b := setup(t, server, func(c *ingest.Config) { c.Sources, c.MaxBufferedBodyBytes = sources, budget })
 		var finishes []func() int
 		for range 2 {
 			now := time.Now()
 			finishes = append(finishes, slowBody(t, b.url, signedStandard(t, "sw", swSecret, "msg_slow_"+uniq(), now, bodyOfSize(t, "pay_slow_"+uniq(), now, size))))
 		}
 		testenv.Eventually(t, 10*time.Second, func() bool {
-			v, _ := metricValue(scrape(t, b.url), "paystream_ingest_in_flight_requests", nil)
-			return v == 2
-		}, "2 slow requests in flight")
+			mfs := scrape(t, b.url)
+			reading, _ := metricValue(mfs, "paystream_ingest_reading_requests", nil)
+			held, _ := metricValue(mfs, "paystream_ingest_buffered_body_bytes", nil)
+			return reading == 2 && held == 2*(size+1-8192)
+		}, "2 slow requests holding their bytes")
 		big := burst(t, b, 10, size)
-		small := burst(t, b, 3, 500) // 20,000 + 500 fits
+		small := burst(t, b, 3, 500)
 		t.Logf("with 2 × %d body bytes held (cap %d): 10 × %d bytes → %v; 3 × 500 bytes → %v", size, budget, size, big, small)
 		if big[http.StatusServiceUnavailable] != 10 {
 			t.Errorf("%v for bodies over the budget, want 10 × 503", big)
 		}
 		if small[http.StatusOK] != 3 {
-			t.Errorf("%v for bodies within the budget, want 3 × 200", small)
+			t.Errorf("%v for bodies within 8 KiB, want 3 × 200", small)
 		}
 		for i, finish := range finishes {
 			if code := finish(); code != http.StatusOK {
 				t.Errorf("slow request %d: %d, want 200", i, code)
 			}
 		}
-		if v, _ := metricValue(scrape(t, b.url), "paystream_ingest_overload_rejections_total", map[string]string{"limit": "body_bytes"}); v != 10 {
+		mfs := scrape(t, b.url)
+		if v, _ := metricValue(mfs, "paystream_ingest_overload_rejections_total", map[string]string{"limit": "body_bytes"}); v != 10 {
 			t.Errorf("body_bytes rejections = %v, want 10", v)
+		}
+		if v, _ := metricValue(mfs, "paystream_ingest_buffered_body_bytes", nil); v != 0 {
+			t.Errorf("%v body bytes held once every request was answered, want 0", v)
 		}
 	})
 }
@@ -453,10 +465,11 @@ func TestUnauthorizedNotLoggedAtInfo(t *testing.T) {
 	})
 }
 
-// TestOmitMetrics: with OmitMetrics, the webhook listener has no /metrics.
-func TestOmitMetrics(t *testing.T) {
+// TestMetricsOffTheWebhookListener: by default (ServeMetrics unset) the
+// webhook listener, which anyone on the internet reaches, has no /metrics.
+func TestMetricsOffTheWebhookListener(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
-		b := setup(t, server, func(c *ingest.Config) { c.OmitMetrics = true })
+		b := setup(t, server, func(c *ingest.Config) { c.ServeMetrics = false })
 		if code, _ := get(t, b.url+"/metrics"); code != http.StatusNotFound {
 			t.Errorf("/metrics: %d, want 404", code)
 		}

@@ -13,6 +13,16 @@
 // when the broker does not acknowledge in time or when too many requests or
 // body bytes are already in flight.
 //
+// Under abuse: at most MaxConns connections are open (at the cap a new one
+// closes the longest-idle one, or is answered 503); an idle keep-alive
+// connection costs about 24 KiB on fasthttp, 19 KiB on net/http; a body's
+// first 8 KiB are the connection's and the rest is charged to
+// MaxBufferedBodyBytes as it arrives, not as announced; and a request takes
+// a place among MaxInFlight only once its body is in. So slow
+// unauthenticated bodies hold nothing a gateway's webhook of up to 8 KiB
+// needs (admission.go says why and what is left). GET /metrics is not on
+// the webhook listener unless ServeMetrics asks for it.
+//
 // Records are sized for the largest body any source accepts: the producer's
 // batch limit is envelope.MaxRecordBytes of the largest max_body_bytes (see
 // MaxRecordBytes), and the raw and DLQ topics' max.message.bytes must be at
@@ -73,21 +83,38 @@ type Config struct {
 	// ReadTimeout bounds how long a client may take to send the whole
 	// request, body included. Defaults to 15s.
 	ReadTimeout time.Duration
-	// MaxInFlight is how many webhook requests may be handled at once
-	// (reading the body, verifying, waiting for the broker); more are
-	// answered 503 with Retry-After at once. Defaults to
-	// DefaultMaxInFlight.
+	// MaxInFlight is how many webhook requests whose body is in may be
+	// handled at once (verifying, waiting for the broker); more are
+	// answered 503 with Retry-After at once. A request whose body is still
+	// arriving does not count: MaxConns, MaxBufferedBodyBytes and
+	// ReadTimeout bound those. Defaults to DefaultMaxInFlight.
 	MaxInFlight int
-	// MaxBufferedBodyBytes is how many body bytes the requests in flight
-	// may hold together, counting each request at its Content-Length (at
-	// its source's max_body_bytes when it announces none) from before its
-	// body is read until it is answered. A request that would pass it is
-	// answered 503 with Retry-After at once. A request also holds about
-	// 1.4 times its body in its envelope until the broker acknowledges, so
-	// ingest's memory for bodies is about 2.4 times this. Defaults to
-	// DefaultMaxBufferedBodyBytes; it is raised to the largest source's
-	// max_body_bytes if lower, so that every allowed body can get in.
+	// MaxBufferedBodyBytes is how many body bytes the webhook requests
+	// may hold together beyond the first 8 KiB of each (which MaxConns
+	// bounds), counting each body's buffer as it grows with the bytes that
+	// arrived (doubling, at most to its Content-Length + 1), until the
+	// request is answered. A request whose buffer cannot grow under it is
+	// answered 503 with Retry-After and its connection closed. A request
+	// also holds about 1.4 times its body in its envelope until the broker
+	// acknowledges, so ingest's memory for bodies is about 2.4 times this.
+	// Defaults to DefaultMaxBufferedBodyBytes; it is raised to the largest
+	// source's max_body_bytes + 1 if lower, so that every allowed body can
+	// get in.
 	MaxBufferedBodyBytes int64
+	// MaxConns is how many connections may be open at once. A new
+	// connection beyond it closes the connection that has waited longest
+	// for a request (idle keep-alive, or new and silent) and takes its
+	// place; when every connection is serving a request it is answered 503
+	// with Retry-After and closed. Each connection that served a request
+	// keeps about 24 KiB while idle on fasthttp, 19 KiB on net/http, and
+	// one reading a body up to 8 KiB more. Defaults to DefaultMaxConns.
+	MaxConns int
+	// IdleTimeout is how long a keep-alive connection may wait for its
+	// next request. Keep it above the idle timeout of the load balancers
+	// in front (AWS ALB: 60s), so that they, not ingest, close idle
+	// connections: a request racing ingest's close fails. Defaults to
+	// 90s.
+	IdleTimeout time.Duration
 	// ShutdownGrace is how long Serve keeps serving after ctx ends, with
 	// /readyz already answering 503, so that load balancers stop routing
 	// new requests here before the listener closes. Zero closes at once.
@@ -96,10 +123,11 @@ type Config struct {
 	// flight finishing (each produced and answered, or answered 503) and
 	// the producer flushing. Defaults to ProduceTimeout + 5s.
 	ShutdownTimeout time.Duration
-	// OmitMetrics leaves GET /metrics off the webhook listener, for an
-	// operator serving the Registerer on a listener of its own. Defaults
-	// to false: /metrics is served next to the webhooks.
-	OmitMetrics bool
+	// ServeMetrics also serves GET /metrics (the Gatherer) on the webhook
+	// listener, which gateways and anyone else reach. Defaults to false:
+	// the operator serves the Registerer on a listener of its own
+	// (paystream ingest --metrics-addr).
+	ServeMetrics bool
 	// KafkaOpts are extra franz-go options (TLS, SASL, metrics hooks); they
 	// override ingest's own.
 	KafkaOpts []kgo.Opt
@@ -127,6 +155,8 @@ const (
 	DefaultLinger               = 2 * time.Millisecond
 	DefaultMaxInFlight          = 2048
 	DefaultMaxBufferedBodyBytes = 256 << 20
+	// DefaultMaxConns keeps idle connections to about 240 MiB on fasthttp.
+	DefaultMaxConns = 10000
 )
 
 // Server receives webhooks.
@@ -147,7 +177,7 @@ type Server struct {
 
 	maxRecordBytes int32
 	inFlight       atomic.Int64 // webhook requests admitted and not yet answered
-	bodyBytes      atomic.Int64 // body bytes they hold, as admit counts them
+	bodyBytes      atomic.Int64 // body bytes the requests hold, as bodyCharge counts them
 }
 
 // route is one source with its metric children, resolved once.
@@ -182,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 		{"RetryAfter", &cfg.RetryAfter, 5 * time.Second},
 		{"ReadHeaderTimeout", &cfg.ReadHeaderTimeout, 5 * time.Second},
 		{"ReadTimeout", &cfg.ReadTimeout, 15 * time.Second},
+		{"IdleTimeout", &cfg.IdleTimeout, 90 * time.Second},
 	} {
 		if *d.v < 0 {
 			return nil, fmt.Errorf("ingest config: %s must not be negative", d.name)
@@ -225,8 +256,8 @@ func New(cfg Config) (*Server, error) {
 	default:
 		return nil, fmt.Errorf("ingest config: HTTPServer %q: want %q or %q", cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
 	}
-	if cfg.MaxInFlight < 0 || cfg.MaxBufferedBodyBytes < 0 {
-		return nil, errors.New("ingest config: MaxInFlight and MaxBufferedBodyBytes must not be negative")
+	if cfg.MaxInFlight < 0 || cfg.MaxBufferedBodyBytes < 0 || cfg.MaxConns < 0 {
+		return nil, errors.New("ingest config: MaxInFlight, MaxBufferedBodyBytes and MaxConns must not be negative")
 	}
 	if cfg.MaxInFlight == 0 {
 		cfg.MaxInFlight = DefaultMaxInFlight
@@ -234,12 +265,16 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBufferedBodyBytes == 0 {
 		cfg.MaxBufferedBodyBytes = DefaultMaxBufferedBodyBytes
 	}
-	cfg.MaxBufferedBodyBytes = max(cfg.MaxBufferedBodyBytes, largestBody(cfg.Sources))
+	cfg.MaxBufferedBodyBytes = max(cfg.MaxBufferedBodyBytes, largestBody(cfg.Sources)+1)
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
 	maxRecord, err := MaxRecordBytes(cfg.Sources)
 	if err != nil {
 		return nil, fmt.Errorf("ingest config: %w", err)
 	}
-	m, err := newMetrics(cfg.Registerer)
+	var s *Server
+	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(s.bodyBytes.Load()) })
 	if err != nil {
 		return nil, err
 	}
@@ -265,7 +300,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, tracer: tracer, maxRecordBytes: maxRecord,
+	s = &Server{cfg: cfg, log: cfg.Logger, kafka: cl, metrics: m, routes: routes, tracer: tracer, maxRecordBytes: maxRecord,
 		retryAfter: strconv.Itoa(retryAfterSeconds(cfg.RetryAfter))}
 	s.handler = s.newRouter()
 	return s, nil
@@ -298,7 +333,7 @@ func (s *Server) newRouter() http.Handler {
 	r.Post("/webhooks/{source}", s.handleWebhook)
 	r.Get("/healthz", func(w http.ResponseWriter, _ *http.Request) { writeBody(w, http.StatusOK, answerHealthy) })
 	r.Get("/readyz", s.handleReady)
-	if !s.cfg.OmitMetrics {
+	if s.cfg.ServeMetrics {
 		r.Handle("/metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
 	r.NotFound(func(w http.ResponseWriter, _ *http.Request) { writeBody(w, http.StatusNotFound, answerNotFound) })
@@ -324,21 +359,33 @@ func (s *Server) Run(ctx context.Context) error {
 // routing here; then the listener closes and the requests in flight finish
 // — each answered 200 once the broker acknowledged, or 503 — and the
 // producer flushes, all within ShutdownTimeout.
+//
+// Connections are capped at MaxConns (see Config.MaxConns).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	lim := newConnLimiter(ln, s.cfg.MaxConns, s.metrics, s.retryAfter)
 	if s.cfg.HTTPServer == HTTPServerFast {
-		srv := s.fastServer()
-		return s.serve(ctx, ln, HTTPServerFast, srv.Serve, srv.ShutdownWithContext)
+		srv := s.fastServer(lim)
+		return s.serve(ctx, lim, HTTPServerFast, srv.Serve, srv.ShutdownWithContext)
 	}
 	srv := &http.Server{
 		Handler:           s.closingWhenDraining(s.handler),
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		ReadTimeout:       s.cfg.ReadTimeout,
 		WriteTimeout:      s.cfg.ReadTimeout + s.cfg.ProduceTimeout + 5*time.Second,
-		IdleTimeout:       90 * time.Second,
+		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+		ConnState: func(c net.Conn, state http.ConnState) {
+			switch state {
+			case http.StateNew: // waiting since Accept
+			case http.StateIdle:
+				lim.setWaiting(c, true)
+			default:
+				lim.setWaiting(c, false)
+			}
+		},
 	}
-	return s.serve(ctx, ln, HTTPServerNet, srv.Serve, srv.Shutdown)
+	return s.serve(ctx, lim, HTTPServerNet, srv.Serve, srv.Shutdown)
 }
 
 // serve runs an HTTP server (serveFn, named name) on ln and the readiness

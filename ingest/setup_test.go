@@ -108,8 +108,8 @@ type bench struct {
 }
 
 // setup starts an ingest on the test broker with fresh raw and DLQ topics,
-// served by Serve on the HTTP server named; cfg, when set, adjusts the
-// config.
+// served by Serve on the HTTP server named, /metrics on its listener
+// (scrape); cfg, when set, adjusts the config.
 func setup(t testing.TB, server string, cfg func(*ingest.Config)) *bench {
 	t.Helper()
 	b := &bench{brokers: testenv.Kafka(t), raw: testenv.Topic(t, "raw", 3), dlq: testenv.Topic(t, "dlq", 1)}
@@ -121,6 +121,8 @@ func setup(t testing.TB, server string, cfg func(*ingest.Config)) *bench {
 		Registerer: prometheus.NewRegistry(),
 		Logger:     testLogger(t),
 		HTTPServer: server,
+		// The tests scrape the listener they post to.
+		ServeMetrics: true,
 	}
 	if cfg != nil {
 		cfg(&c)

@@ -57,8 +57,8 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		ctx, span = s.startSpan(ctx)
 		defer func() { endSpan(span, a.status) }()
 	}
-	a = s.webhook(ctx, s.routes[chi.URLParam(r, "source")], r.ContentLength, func(rt *route, buf *[]byte) ([]byte, error) {
-		return readBody(http.MaxBytesReader(w, r.Body, rt.src.MaxBodyBytes), r.ContentLength, rt.src.MaxBodyBytes, buf)
+	a = s.webhook(ctx, s.routes[chi.URLParam(r, "source")], func(rt *route, buf *[]byte, charge *bodyCharge) ([]byte, error) {
+		return readBody(http.MaxBytesReader(w, r.Body, rt.src.MaxBodyBytes), r.ContentLength, rt.src.MaxBodyBytes, buf, charge)
 	}, func() request {
 		return request{header: r.Header, query: r.URL.RawQuery, gone: func() bool { return r.Context().Err() != nil }}
 	})
@@ -81,46 +81,48 @@ type request struct {
 }
 
 // webhook handles one webhook to rt's source (nil: a source nobody
-// configured), announced with contentLength (-1: unknown): it admits the
-// request, reads its body with
-// read (which must stop at the route's max_body_bytes with an
-// *http.MaxBytesError), then verifies, parses and produces it, and says
-// what to answer. req is called once reading the body is over.
-func (s *Server) webhook(ctx context.Context, rt *route, contentLength int64,
-	read func(*route, *[]byte) ([]byte, error), req func() request,
+// configured): it reads its body with read (which must stop at the route's
+// max_body_bytes with an *http.MaxBytesError, and charge the body's buffer
+// to charge as it grows), admits it, then verifies, parses and produces it,
+// and says what to answer. req is called once reading the body is over.
+func (s *Server) webhook(ctx context.Context, rt *route,
+	read func(*route, *[]byte, *bodyCharge) ([]byte, error), req func() request,
 ) answer {
-	s.metrics.inFlight.Inc()
-	defer s.metrics.inFlight.Dec()
-
 	if rt == nil {
 		s.metrics.requests.WithLabelValues("unknown", outcomeUnknownSource).Inc()
 		return answer{status: http.StatusNotFound, body: answerUnknown}
 	}
-	src := rt.src
-	reserved := src.MaxBodyBytes // a body of unknown length may be this long
-	if contentLength >= 0 && contentLength < reserved {
-		reserved = contentLength
-	}
-	if limit := s.admit(reserved); limit != "" {
-		rt.outcomes[outcomeOverloaded].Inc()
-		s.metrics.overloaded.WithLabelValues(limit).Inc()
-		return answer{status: http.StatusServiceUnavailable, body: answerOverloaded}
-	}
-	defer s.release(reserved)
-
+	charge := bodyCharge{s: s}
+	defer charge.release()
 	buf := getBuffer()
 	defer putBuffer(buf)
-	body, err := read(rt, buf)
+	s.metrics.reading.Inc()
+	body, err := read(rt, buf, &charge)
+	s.metrics.reading.Dec()
 	r := req()
 	if err != nil {
 		return s.unreadable(rt, err, r.gone)
 	}
 	s.metrics.bodyBytes.Observe(float64(len(body)))
+	if limit := s.admit(); limit != "" {
+		rt.outcomes[outcomeOverloaded].Inc()
+		s.metrics.overloaded.WithLabelValues(limit).Inc()
+		return answer{status: http.StatusServiceUnavailable, body: answerOverloaded}
+	}
+	defer s.inFlight.Add(-1)
+	s.metrics.inFlight.Inc()
+	defer s.metrics.inFlight.Dec()
 	return s.accept(ctx, rt, r, body)
 }
 
 // unreadable is the answer to a body that could not be read whole.
 func (s *Server) unreadable(rt *route, err error, gone func() bool) answer {
+	if errors.Is(err, errBodyBytes) {
+		// The rest of the body is not read: the connection closes.
+		rt.outcomes[outcomeOverloaded].Inc()
+		s.metrics.overloaded.WithLabelValues(limitBodyBytes).Inc()
+		return answer{status: http.StatusServiceUnavailable, body: answerOverloaded, close: true}
+	}
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		rt.outcomes[outcomeTooLarge].Inc()
@@ -233,27 +235,6 @@ func (s *Server) accept(ctx context.Context, rt *route, r request, body []byte) 
 	return answerOK
 }
 
-// admit counts a request of bodyBytes in flight, unless that would pass
-// MaxInFlight or MaxBufferedBodyBytes: then it counts nothing and returns
-// the limit reached. An admitted request is released with release.
-func (s *Server) admit(bodyBytes int64) (limit string) {
-	if s.inFlight.Add(1) > int64(s.cfg.MaxInFlight) {
-		s.inFlight.Add(-1)
-		return limitInFlight
-	}
-	if s.bodyBytes.Add(bodyBytes) > s.cfg.MaxBufferedBodyBytes {
-		s.bodyBytes.Add(-bodyBytes)
-		s.inFlight.Add(-1)
-		return limitBodyBytes
-	}
-	return ""
-}
-
-func (s *Server) release(bodyBytes int64) {
-	s.bodyBytes.Add(-bodyBytes)
-	s.inFlight.Add(-1)
-}
-
 // retryAfterSeconds rounds d up to whole seconds, at least 1.
 func retryAfterSeconds(d time.Duration) int {
 	return max(1, int((d+time.Second-1)/time.Second))
@@ -313,30 +294,51 @@ func (s *Server) produce(p *pending) error {
 }
 
 // Body buffers: most webhooks are a few KiB, so one pooled buffer per
-// request avoids growing a fresh slice for each.
+// request avoids growing a fresh slice for each. Buffers over 64 KiB are
+// not kept: a request is charged its buffer's capacity before its first
+// byte, which must stay small.
 var bufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 8192); return &b }}
 
 func getBuffer() *[]byte { return bufferPool.Get().(*[]byte) }
 
 func putBuffer(b *[]byte) {
-	if cap(*b) > 1<<20 {
+	if cap(*b) > maxPooledBuffer {
 		return
 	}
 	*b = (*b)[:0]
 	bufferPool.Put(b)
 }
 
+const maxPooledBuffer = 64 << 10
+
 // readBody reads r (already limited to limit bytes by a MaxBytesReader)
-// into *buf, growing it to the announced length at once when there is one.
-// The returned slice aliases *buf.
-func readBody(r io.Reader, contentLength, limit int64, buf *[]byte) ([]byte, error) {
+// into *buf, growing it as the bytes arrive — doubling, up to the announced
+// length + 1 when there is one (+1: EOF seen without growing) — and
+// charging the buffer to charge before each growth: first what the body
+// may fill of the buffer it starts with beyond bodyAllowance, then each
+// growth. The returned slice aliases *buf.
+func readBody(r io.Reader, contentLength, limit int64, buf *[]byte, charge *bodyCharge) ([]byte, error) {
 	b := (*buf)[:0]
-	if contentLength > 0 && contentLength <= limit && int64(cap(b)) < contentLength+1 {
-		b = make([]byte, 0, contentLength+1) // +1: see EOF without growing
+	ceiling := limit + 1
+	if contentLength >= 0 && contentLength < limit {
+		ceiling = contentLength + 1
+	}
+	cost := func(size int64) int64 { return max(size-bodyAllowance, 0) }
+	held := min(int64(cap(b)), ceiling) // what the body may fill of b
+	if err := charge.add(cost(held)); err != nil {
+		return nil, err
 	}
 	for {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			n := max(min(2*int64(cap(b)), ceiling), int64(cap(b))+512)
+			if err := charge.add(cost(n) - cost(held)); err != nil {
+				return nil, err
+			}
+			held = n
+			nb := make([]byte, len(b), n)
+			copy(nb, b)
+			b = nb
+			*buf = b
 		}
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]

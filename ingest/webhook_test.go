@@ -343,6 +343,7 @@ func TestUnavailableBrokerIs503(t *testing.T) {
 			HTTPServer: server,
 			Sources:    loadSources(t), Brokers: []string{deadBroker(t)},
 			ProduceTimeout: produceTimeout, RetryAfter: 2500 * time.Millisecond, Logger: testLogger(t),
+			ServeMetrics: true,
 		})
 		if err != nil {
 			t.Fatal(err)
