@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
+	"unicode"
 
 	"github.com/paystream/paystream/internal/payment"
 )
@@ -66,4 +68,71 @@ func OrderRefunds(refunds []payment.Fact, amount int64, tooMuch string) (int64, 
 		}
 	}
 	return total, nil
+}
+
+// Refund is one refund that moved money, as a driver read it from an API
+// answer.
+type Refund struct {
+	ID          string
+	AmountMinor int64
+	At          time.Time
+}
+
+// RefundFacts turns the refunds of a payment of amount into refund facts in
+// cur, ordered by OrderRefunds, and returns their total. A refund without
+// id, a repeated id or a zero amount is unprocessable; what names the
+// refunds in the reasons ("refund", "void"), tooMuch is OrderRefunds'.
+func RefundFacts(in []Refund, cur string, amount int64, what, tooMuch string) ([]payment.Fact, int64, error) {
+	out := make([]payment.Fact, 0, len(in))
+	seen := make(map[string]bool, len(in))
+	for _, r := range in {
+		if err := CheckID(what+" id", r.ID); err != nil {
+			return nil, 0, err
+		}
+		if seen[r.ID] {
+			return nil, 0, Unprocessable("duplicate " + what + " id")
+		}
+		seen[r.ID] = true
+		if r.AmountMinor == 0 {
+			return nil, 0, Unprocessable(what + " amount is zero")
+		}
+		out = append(out, payment.Fact{
+			Status: payment.StatusPartiallyRefunded, AmountMinor: r.AmountMinor, Currency: cur,
+			RefundID: r.ID, OccurredAt: r.At,
+		})
+	}
+	total, err := OrderRefunds(out, amount, tooMuch)
+	if err != nil {
+		return nil, 0, err
+	}
+	return out, total, nil
+}
+
+// RefetchTime reads an optional RFC 3339 time of an API answer ("" gives
+// the zero time), in UTC; what names the field in the reason.
+func RefetchTime(what, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, Unprocessable(what + " not RFC 3339")
+	}
+	if err := CheckTime(what, t); err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}
+
+// CheckToken refuses an empty API credential or one that cannot be put in
+// a header (spaces, control characters), naming driver and what it is;
+// errors never include the token.
+func CheckToken(driver, what, token string) error {
+	if token == "" {
+		return errors.New(driver + ": refetch: " + what + " is empty")
+	}
+	if strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' }) >= 0 {
+		return errors.New(driver + ": refetch: " + what + " contains spaces or control characters")
+	}
+	return nil
 }

@@ -7,8 +7,6 @@ package asaas
 import (
 	"crypto/sha256"
 	"crypto/subtle"
-	"errors"
-	"fmt"
 
 	"github.com/paystream/paystream/internal/provider"
 )
@@ -28,17 +26,11 @@ var _ provider.Driver = (*Driver)(nil)
 // configured in Asaas; several allow rotation. Asaas' scheme carries no
 // timestamp, so cfg.Tolerance is unused.
 func New(cfg provider.Config) (provider.Driver, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("asaas: Secrets: at least one authentication token is required")
+	tokens, err := provider.Keys(cfg, "asaas", "authentication token", func(s string) ([sha256.Size]byte, error) { return sha256.Sum256([]byte(s)), nil })
+	if err != nil {
+		return nil, err
 	}
-	d := &Driver{account: cfg.Account}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("asaas: Secrets[%d]: empty", i)
-		}
-		d.tokens = append(d.tokens, sha256.Sum256([]byte(s)))
-	}
-	return d, nil
+	return &Driver{tokens: tokens, account: cfg.Account}, nil
 }
 
 // Verify compares the token header with every configured token in constant

@@ -97,14 +97,8 @@ func New(cfg provider.Config) (provider.Driver, error) {
 	default:
 		return nil, fmt.Errorf("hmac: Options.encoding: %q is not hex or base64", cfg.Options[OptionEncoding])
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("hmac: Secrets: at least one secret is required")
-	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("hmac: Secrets[%d]: empty", i)
-		}
-		d.secrets = append(d.secrets, provider.NewKey(d.newHash, []byte(s)))
+	if d.secrets, err = provider.Keys(cfg, "hmac", "secret", provider.HMACKey(d.newHash)); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

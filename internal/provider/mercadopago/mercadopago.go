@@ -12,7 +12,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -44,23 +43,15 @@ var _ provider.Driver = (*Driver)(nil)
 // signatures ("assinatura secreta"); several allow rotation. cfg.Tolerance
 // defaults to DefaultTolerance.
 func New(cfg provider.Config) (provider.Driver, error) {
-	d := &Driver{tolerance: cfg.Tolerance, account: cfg.Account}
-	if d.tolerance == 0 {
-		d.tolerance = DefaultTolerance
+	tolerance, err := cfg.ToleranceOr("mercadopago", DefaultTolerance)
+	if err != nil {
+		return nil, err
 	}
-	if d.tolerance < 0 {
-		return nil, errors.New("mercadopago: Tolerance: must not be negative")
+	secrets, err := provider.Keys(cfg, "mercadopago", "webhook secret", provider.HMACKey(sha256.New))
+	if err != nil {
+		return nil, err
 	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("mercadopago: Secrets: at least one webhook secret is required")
-	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("mercadopago: Secrets[%d]: empty", i)
-		}
-		d.secrets = append(d.secrets, provider.NewKey(sha256.New, []byte(s)))
-	}
-	return d, nil
+	return &Driver{secrets: secrets, tolerance: tolerance, account: cfg.Account}, nil
 }
 
 // Verify checks x-signature against the manifest built from the query's

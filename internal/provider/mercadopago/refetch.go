@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
@@ -41,7 +40,7 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	if paymentID == "" || len(paymentID) > 20 || strings.TrimLeft(paymentID, "0123456789") != "" {
 		return nil, errors.New("mercadopago: refetch: payment id must be 1 to 20 digits")
 	}
-	if err := checkToken(token); err != nil {
+	if err := provider.CheckToken("mercadopago", "access token", token); err != nil {
 		return nil, err
 	}
 	req, err := provider.NewRefetchRequest(ctx, "mercadopago", baseURL, "/v1/payments/"+paymentID, "the token is sent as a Bearer header")
@@ -50,18 +49,6 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
 	return req, nil
-}
-
-// checkToken rejects an empty token or one that cannot be put in a header.
-// Errors never include the token.
-func checkToken(token string) error {
-	if token == "" {
-		return errors.New("mercadopago: refetch: access token is empty")
-	}
-	if strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' }) >= 0 {
-		return errors.New("mercadopago: refetch: access token contains spaces or control characters")
-	}
-	return nil
 }
 
 // Payment statuses of Mercado Pago's payment resource.
@@ -195,18 +182,18 @@ func parsePayment(body []byte, wantID string) ([]payment.Fact, error) {
 	if amount == 0 {
 		return nil, provider.Unprocessable("transaction_amount is zero")
 	}
-	created, err := parseTime("date_created", p.DateCreated)
+	created, err := provider.RefetchTime("date_created", p.DateCreated)
 	if err != nil {
 		return nil, err
 	}
 	if created.IsZero() {
 		return nil, provider.Unprocessable("missing date_created")
 	}
-	approved, err := parseTime("date_approved", p.DateApproved)
+	approved, err := provider.RefetchTime("date_approved", p.DateApproved)
 	if err != nil {
 		return nil, err
 	}
-	updated, err := parseTime("date_last_updated", p.DateLastUpdated)
+	updated, err := provider.RefetchTime("date_last_updated", p.DateLastUpdated)
 	if err != nil {
 		return nil, err
 	}
@@ -281,20 +268,11 @@ func parsePayment(body []byte, wantID string) ([]payment.Fact, error) {
 // parseRefunds turns the approved refunds into refund facts sorted by
 // date_created (ties in list order), and returns their total.
 func parseRefunds(in []apiRefund, cur string, amount int64, fallback time.Time) ([]payment.Fact, int64, error) {
-	var out []payment.Fact
-	seen := map[string]bool{}
+	var refunds []provider.Refund
 	for _, r := range in {
 		if r.Status != "" && r.Status != "approved" {
 			continue
 		}
-		id := numericID(r.ID)
-		if err := provider.CheckID("refunds[].id", id); err != nil {
-			return nil, 0, err
-		}
-		if seen[id] {
-			return nil, 0, provider.Unprocessable("duplicate refund id")
-		}
-		seen[id] = true
 		if r.Amount == "" {
 			return nil, 0, provider.Unprocessable("refund without amount")
 		}
@@ -302,23 +280,13 @@ func parseRefunds(in []apiRefund, cur string, amount int64, fallback time.Time) 
 		if err != nil {
 			return nil, 0, provider.Unprocessable("refunds[].amount: " + err.Error())
 		}
-		if v == 0 {
-			return nil, 0, provider.Unprocessable("refund amount is zero")
-		}
-		at, err := parseTime("refunds[].date_created", r.DateCreated)
+		at, err := provider.RefetchTime("refunds[].date_created", r.DateCreated)
 		if err != nil {
 			return nil, 0, err
 		}
-		out = append(out, payment.Fact{
-			Status: payment.StatusPartiallyRefunded, AmountMinor: v, Currency: cur,
-			RefundID: id, OccurredAt: cmp.Or(at, fallback),
-		})
+		refunds = append(refunds, provider.Refund{ID: numericID(r.ID), AmountMinor: v, At: cmp.Or(at, fallback)})
 	}
-	total, err := provider.OrderRefunds(out, amount, "refunds add up to more than transaction_amount")
-	if err != nil {
-		return nil, 0, err
-	}
-	return out, total, nil
+	return provider.RefundFacts(refunds, cur, amount, "refund", "refunds add up to more than transaction_amount")
 }
 
 // numericID reads an id Mercado Pago sends as a JSON integer (or, in some
@@ -347,20 +315,4 @@ func canonicalID(id string) string {
 		return id
 	}
 	return cmp.Or(strings.TrimLeft(id, "0"), "0")
-}
-
-// parseTime reads an optional RFC 3339 date ("" and JSON null give the zero
-// time), in UTC.
-func parseTime(what, s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, provider.Unprocessable(what + " not RFC 3339")
-	}
-	if err := provider.CheckTime(what, t); err != nil {
-		return time.Time{}, err
-	}
-	return t.UTC(), nil
 }

@@ -9,8 +9,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha1"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/paystream/paystream/internal/provider"
@@ -31,17 +29,11 @@ var _ provider.Driver = (*Driver)(nil)
 // ("sk_…"), the HMAC keys Pagar.me signs with; several allow rotation.
 // Pagar.me's scheme carries no timestamp, so cfg.Tolerance is unused.
 func New(cfg provider.Config) (provider.Driver, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("pagarme: Secrets: at least one secret API key is required")
+	secrets, err := provider.Keys(cfg, "pagarme", "secret API key", provider.HMACKey(sha1.New))
+	if err != nil {
+		return nil, err
 	}
-	d := &Driver{account: cfg.Account}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("pagarme: Secrets[%d]: empty", i)
-		}
-		d.secrets = append(d.secrets, provider.NewKey(sha1.New, []byte(s)))
-	}
-	return d, nil
+	return &Driver{secrets: secrets, account: cfg.Account}, nil
 }
 
 // Verify checks X-Hub-Signature against the HMAC-SHA1 of the body under

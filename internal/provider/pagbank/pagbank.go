@@ -8,8 +8,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/paystream/paystream/internal/provider"
@@ -30,17 +28,11 @@ var _ provider.Driver = (*Driver)(nil)
 // several allow rotation. The scheme carries no timestamp, so cfg.Tolerance
 // is unused.
 func New(cfg provider.Config) (provider.Driver, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("pagbank: Secrets: at least one account token is required")
+	tokens, err := provider.Keys(cfg, "pagbank", "account token", func(s string) ([]byte, error) { return []byte(s), nil })
+	if err != nil {
+		return nil, err
 	}
-	d := &Driver{account: cfg.Account}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("pagbank: Secrets[%d]: empty", i)
-		}
-		d.tokens = append(d.tokens, []byte(s))
-	}
-	return d, nil
+	return &Driver{tokens: tokens, account: cfg.Account}, nil
 }
 
 // Verify checks x-authenticity-token against SHA-256("{token}-{body}") for

@@ -7,9 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"time"
-	"unicode"
 
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
@@ -29,11 +27,8 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	if err := provider.CheckID("payment id", paymentID); err != nil || paymentID == "." || paymentID == ".." {
 		return nil, errors.New("standardwebhooks: refetch: payment id is not usable in a URL")
 	}
-	if token == "" {
-		return nil, errors.New("standardwebhooks: refetch: token is empty")
-	}
-	if strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' }) >= 0 {
-		return nil, errors.New("standardwebhooks: refetch: token contains spaces or control characters")
+	if err := provider.CheckToken("standardwebhooks", "token", token); err != nil {
+		return nil, err
 	}
 	if baseURL == "" {
 		return nil, errors.New("standardwebhooks: refetch: base URL is required")
@@ -155,14 +150,14 @@ func parseRefetchPayment(body []byte, want string) ([]payment.Fact, error) {
 	default:
 		return nil, provider.Unprocessable("unknown status")
 	}
-	updated, err := parseRefetchTime("updated_at", p.UpdatedAt)
+	updated, err := provider.RefetchTime("updated_at", p.UpdatedAt)
 	if err != nil {
 		return nil, err
 	}
 	if updated.IsZero() {
 		return nil, provider.Unprocessable("missing updated_at")
 	}
-	paidAt, err := parseRefetchTime("paid_at", p.PaidAt)
+	paidAt, err := provider.RefetchTime("paid_at", p.PaidAt)
 	if err != nil {
 		return nil, err
 	}
@@ -218,16 +213,8 @@ func parseRefetchPayment(body []byte, want string) ([]payment.Fact, error) {
 // parseRefetchRefunds turns refunds into refund facts sorted by created_at
 // (ties in list order), and returns their total.
 func parseRefetchRefunds(in []RefetchRefund, cur string, amount int64) ([]payment.Fact, int64, error) {
-	out := make([]payment.Fact, 0, len(in))
-	seen := make(map[string]bool, len(in))
+	refunds := make([]provider.Refund, 0, len(in))
 	for _, r := range in {
-		if err := provider.CheckID("refunds[].id", r.ID); err != nil {
-			return nil, 0, err
-		}
-		if seen[r.ID] {
-			return nil, 0, provider.Unprocessable("duplicate refund id")
-		}
-		seen[r.ID] = true
 		if r.Amount == "" {
 			return nil, 0, provider.Unprocessable("refund without amount")
 		}
@@ -235,40 +222,14 @@ func parseRefetchRefunds(in []RefetchRefund, cur string, amount int64) ([]paymen
 		if err != nil {
 			return nil, 0, err
 		}
-		if v == 0 {
-			return nil, 0, provider.Unprocessable("refund amount is zero")
-		}
-		at, err := parseRefetchTime("refunds[].created_at", r.CreatedAt)
+		at, err := provider.RefetchTime("refunds[].created_at", r.CreatedAt)
 		if err != nil {
 			return nil, 0, err
 		}
 		if at.IsZero() {
 			return nil, 0, provider.Unprocessable("refund without created_at")
 		}
-		out = append(out, payment.Fact{
-			Status: payment.StatusPartiallyRefunded, AmountMinor: v, Currency: cur,
-			RefundID: r.ID, OccurredAt: at,
-		})
+		refunds = append(refunds, provider.Refund{ID: r.ID, AmountMinor: v, At: at})
 	}
-	total, err := provider.OrderRefunds(out, amount, "refunds add up to more than the amount")
-	if err != nil {
-		return nil, 0, err
-	}
-	return out, total, nil
-}
-
-// parseRefetchTime reads an optional RFC 3339 time ("" gives the zero
-// time), in UTC.
-func parseRefetchTime(what, s string) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return time.Time{}, provider.Unprocessable(what + " not RFC 3339")
-	}
-	if err := provider.CheckTime(what, t); err != nil {
-		return time.Time{}, err
-	}
-	return t.UTC(), nil
+	return provider.RefundFacts(refunds, cur, amount, "refund", "refunds add up to more than the amount")
 }

@@ -65,35 +65,33 @@ var _ provider.Driver = (*Driver)(nil)
 // the payment's state comes from the refetch convention (see
 // RefetchRequest and ParseRefetch).
 func New(cfg provider.Config) (provider.Driver, error) {
-	d := &Driver{tolerance: cfg.Tolerance, account: cfg.Account, refetch: cfg.Refetch}
-	if d.tolerance == 0 {
-		d.tolerance = DefaultTolerance
+	tolerance, err := cfg.ToleranceOr("standardwebhooks", DefaultTolerance)
+	if err != nil {
+		return nil, err
 	}
-	if d.tolerance < 0 {
-		return nil, errors.New("standardwebhooks: Tolerance: must not be negative")
-	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("standardwebhooks: Secrets: at least one secret is required")
-	}
-	for i, s := range cfg.Secrets {
+	d := &Driver{tolerance: tolerance, account: cfg.Account, refetch: cfg.Refetch}
+	if err := cfg.EachSecret("standardwebhooks", "secret", func(_ int, s string) error {
 		switch {
 		case strings.HasPrefix(s, PrefixSecret):
 			key, err := decodeKey(strings.TrimPrefix(s, PrefixSecret))
 			if err != nil || len(key) == 0 {
-				return nil, fmt.Errorf("standardwebhooks: Secrets[%d]: %s secret is not valid base64", i, PrefixSecret)
+				return fmt.Errorf("%s secret is not valid base64", PrefixSecret)
 			}
 			d.hmacKeys = append(d.hmacKeys, provider.NewKey(sha256.New, key))
 		case strings.HasPrefix(s, PrefixPublicKey):
 			key, err := decodeKey(strings.TrimPrefix(s, PrefixPublicKey))
 			if err != nil || len(key) != ed25519.PublicKeySize {
-				return nil, fmt.Errorf("standardwebhooks: Secrets[%d]: %s key must be base64 of %d bytes", i, PrefixPublicKey, ed25519.PublicKeySize)
+				return fmt.Errorf("%s key must be base64 of %d bytes", PrefixPublicKey, ed25519.PublicKeySize)
 			}
 			d.publicKey = append(d.publicKey, ed25519.PublicKey(key))
 		case strings.HasPrefix(s, PrefixPrivateKey):
-			return nil, fmt.Errorf("standardwebhooks: Secrets[%d]: %s is a signing key; configure the public key (%s…) instead", i, PrefixPrivateKey, PrefixPublicKey)
+			return fmt.Errorf("%s is a signing key; configure the public key (%s…) instead", PrefixPrivateKey, PrefixPublicKey)
 		default:
-			return nil, fmt.Errorf("standardwebhooks: Secrets[%d]: must start with %s (HMAC secret) or %s (Ed25519 public key)", i, PrefixSecret, PrefixPublicKey)
+			return fmt.Errorf("must start with %s (HMAC secret) or %s (Ed25519 public key)", PrefixSecret, PrefixPublicKey)
 		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	return d, nil
 }

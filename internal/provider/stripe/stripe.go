@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -41,26 +40,20 @@ var _ provider.Driver = (*Driver)(nil)
 // used as the HMAC key as is, the way Stripe does); several allow rotation.
 // cfg.Tolerance defaults to DefaultTolerance.
 func New(cfg provider.Config) (provider.Driver, error) {
-	d := &Driver{tolerance: cfg.Tolerance, account: cfg.Account}
-	if d.tolerance == 0 {
-		d.tolerance = DefaultTolerance
+	tolerance, err := cfg.ToleranceOr("stripe", DefaultTolerance)
+	if err != nil {
+		return nil, err
 	}
-	if d.tolerance < 0 {
-		return nil, errors.New("stripe: Tolerance: must not be negative")
-	}
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("stripe: Secrets: at least one endpoint signing secret is required")
-	}
-	for i, s := range cfg.Secrets {
-		if s == "" {
-			return nil, fmt.Errorf("stripe: Secrets[%d]: empty", i)
-		}
+	secrets, err := provider.Keys(cfg, "stripe", "endpoint signing secret", func(s string) (*provider.Key, error) {
 		if !strings.HasPrefix(s, "whsec_") {
-			return nil, fmt.Errorf("stripe: Secrets[%d]: an endpoint signing secret starts with whsec_ (is this an API key?)", i)
+			return nil, errors.New("an endpoint signing secret starts with whsec_ (is this an API key?)")
 		}
-		d.secrets = append(d.secrets, provider.NewKey(sha256.New, []byte(s)))
+		return provider.NewKey(sha256.New, []byte(s)), nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return d, nil
+	return &Driver{secrets: secrets, tolerance: tolerance, account: cfg.Account}, nil
 }
 
 // Verify checks the Stripe-Signature header: any v1 signature matching any

@@ -327,23 +327,11 @@ func (d *Driver) parseTransaction(body []byte, want string) ([]payment.Fact, err
 // refund facts sorted by time (ties in history order), and returns their
 // total.
 func refundFacts(voids []op, cur string, captured int64) ([]payment.Fact, int64, error) {
-	out := make([]payment.Fact, 0, len(voids))
-	seen := map[string]bool{}
+	refunds := make([]provider.Refund, 0, len(voids))
 	for _, v := range voids {
-		if seen[v.id] {
-			return nil, 0, provider.Unprocessable("duplicate void id in history")
-		}
-		seen[v.id] = true
-		out = append(out, payment.Fact{
-			Status: payment.StatusPartiallyRefunded, AmountMinor: v.amount, Currency: cur,
-			RefundID: v.id, OccurredAt: v.at,
-		})
+		refunds = append(refunds, provider.Refund{ID: v.id, AmountMinor: v.amount, At: v.at})
 	}
-	total, err := provider.OrderRefunds(out, captured, "voids add up to more than the capture")
-	if err != nil {
-		return nil, 0, err
-	}
-	return out, total, nil
+	return provider.RefundFacts(refunds, cur, captured, "void", "voids add up to more than the capture")
 }
 
 // decimal reads one of Zoop's amounts: a JSON string holding a decimal in
