@@ -105,6 +105,12 @@ func TestSearchFindsPaymentsByEveryKindOfID(t *testing.T) {
 			t.Errorf("search %q: %d to %q, want 303 to %q\n%s", q, code, loc, payPage, body)
 		}
 	}
+	// A webhook event id that is not its dedup key: found by the scan.
+	b.exec(t, `INSERT INTO deliveries (id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, topic, partition, kafka_offset, received_at)
+	           VALUES (nextval('deliveries_id_seq'), now(), 'acme', 'acme:business-key-7', 'evt_not_the_key', 'payment.paid', 'acme:pay_1', 'processed', 'raw', 0, 99, now())`)
+	if code, loc, _ := b.get(t, "/?q=evt_not_the_key"); code != http.StatusSeeOther || loc != payPage {
+		t.Errorf("search by an event id that is not its dedup key: %d to %q", code, loc)
+	}
 	// A version the payment never reached is not its state event id.
 	if code, _, body := b.get(t, "/?q="+url.QueryEscape("acme:pay_1:9")); code != http.StatusOK || !strings.Contains(body, `id="nothing"`) {
 		t.Errorf("search for a state event id that does not exist: %d, want the no-match page", code)

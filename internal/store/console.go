@@ -27,11 +27,12 @@ type SearchHit struct {
 
 // Search finds the payments that q names: a payment key, a state event id
 // ("{payment key}:{version}"), a gateway's payment id or a webhook's event
-// id, at most limit of them. The first three are index lookups (the gateway
-// id is tried under every source that has dedup keys). Only when they find
-// nothing does it scan: payments by payment_id (a key with an account, or
-// a source idle past dedup retention) and deliveries by event_id, bounded
-// by the caller's deadline.
+// id, at most limit of them. Those are index lookups: the gateway id and
+// the webhook event id are tried under every source that has dedup keys
+// (the event id as a dedup key). Only when they find nothing does it scan:
+// payments by payment_id (a payment of an account, or of a source idle past
+// the dedup retention) and deliveries by event_id (an event id that is not
+// its dedup key), bounded by the caller's deadline.
 func Search(ctx context.Context, db DB, q string, limit int) ([]SearchHit, error) {
 	q = strings.TrimSpace(q)
 	if q == "" {
@@ -52,22 +53,30 @@ func Search(ctx context.Context, db DB, q string, limit int) ([]SearchHit, error
 			stateKey, stateVersion = q[:i], v
 		}
 	}
-	// Sources, by a loose index scan of dedup_keys' primary key: one probe
-	// per source, however many keys.
+	// Sources, by a loose index scan of dedup_keys' primary key (one probe
+	// per source, however many keys), then one primary key lookup per kind
+	// of id. A webhook event id that is its dedup key (most gateways') names
+	// its first delivery's id and day: that day's partition is the only one
+	// read.
 	rows, err := db.Query(ctx, `
 		WITH RECURSIVE s AS (
 			(SELECT source FROM dedup_keys ORDER BY source LIMIT 1)
 			UNION ALL
 			SELECT (SELECT d.source FROM dedup_keys d WHERE d.source > s.source ORDER BY d.source LIMIT 1) FROM s WHERE s.source IS NOT NULL
+		), hits AS (
+			SELECT 1 AS rank, payment_key, 'payment key' AS by FROM payments WHERE payment_key = $1
+			UNION ALL
+			SELECT 2, payment_key, 'state event id' FROM payments
+			 WHERE payment_key = $2 AND EXISTS (SELECT 1 FROM payment_transitions t WHERE t.payment_key = $2 AND t.version = $3)
+			UNION ALL
+			SELECT 3, p.payment_key, 'gateway payment id' FROM s JOIN payments p ON p.payment_key = s.source || ':' || $1
+			UNION ALL
+			SELECT 4, d.payment_key, 'webhook event id'
+			  FROM s JOIN dedup_keys k ON k.source = s.source AND k.dedup_key = $1
+			  JOIN LATERAL (SELECT payment_key FROM deliveries d
+			                 WHERE d.recorded_at = k.recorded_at AND d.id = k.delivery_id AND d.event_id = $1 LIMIT 1) d ON true
 		)
-		SELECT p.payment_key, CASE WHEN p.payment_key = $1 THEN 'payment key'
-		                           WHEN p.payment_key = $2 THEN 'state event id'
-		                           ELSE 'gateway payment id' END
-		  FROM payments p
-		 WHERE p.payment_key = $1
-		    OR (p.payment_key = $2 AND EXISTS (SELECT 1 FROM payment_transitions t WHERE t.payment_key = $2 AND t.version = $3))
-		    OR p.payment_key IN (SELECT s.source || ':' || $1 FROM s WHERE s.source IS NOT NULL)
-		 ORDER BY 2 DESC, 1`, q, stateKey, stateVersion)
+		SELECT payment_key, by FROM hits WHERE payment_key <> '' ORDER BY rank, payment_key`, q, stateKey, stateVersion)
 	if err != nil {
 		return nil, fmt.Errorf("search payments: %w", err)
 	}
