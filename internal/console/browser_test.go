@@ -15,6 +15,10 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/paystream/paystream/internal/console"
+	"github.com/paystream/paystream/internal/dlq/dlqtest"
+	"github.com/paystream/paystream/internal/testenv"
 )
 
 // The browser tests drive a real headless Chromium (Debian's chromium
@@ -260,14 +264,23 @@ func TestBrowserSearchShowsTheFourTransitionsInOrder(t *testing.T) {
 
 func TestBrowserQuarantinedDeliveryShowsItsReason(t *testing.T) {
 	t.Parallel()
-	b := setup(t, setupOpts{readOnly: true})
+	brokers := testenv.Kafka(t)
+	raw, dlqTopic := testenv.Topic(t, "console-raw", 1), testenv.Topic(t, "console-dlq", 1)
+	dlqtest.Start(t, brokers, raw, dlqTopic).PostStandard(t, "msg_settled", dlqtest.PaidBody("payment.settled", "pay_42", 1050))
+	b := setup(t, setupOpts{readOnly: true, cfg: func(c *console.Config) { c.Brokers, c.RawTopic, c.DLQTopic = brokers, raw, dlqTopic }})
+	b.now = time.Now()
 	b.seedPaidAndRefunded(t)
 	b.seedHeld(t)
+	b.seedDeliveries(t, delivery{payment: "acme:pay_3", eventID: "evt_3_refund", typ: "payment.refunded", status: "deferred",
+		reason: "needs_predecessor", received: at.Add(-5 * time.Minute)})
 	br := newBrowser(t, rightCredentials)
 	br.run(t, chromedp.Navigate(b.ts.URL+"/stuck"), chromedp.WaitVisible(chromedp.ID("quarantined")))
 	reasons := get(t, br, texts("#quarantined tr.delivery td.reason"))
 	if !slices.Equal(reasons, []string{"currency_mismatch"}) {
 		t.Errorf("quarantined reasons on /stuck: %q, want [currency_mismatch]", reasons)
+	}
+	if cmds := get(t, br, texts("#dlq code.replay")); len(cmds) != 1 || !strings.HasPrefix(cmds[0], "paystream dlq replay 0/0 ") {
+		t.Errorf("DLQ replay commands on /stuck: %q", cmds)
 	}
 	br.screenshot(t, "stuck")
 	br.run(t, chromedp.Click(chromedp.CSS("#quarantined a")), chromedp.WaitVisible(chromedp.ID("held")))
@@ -295,6 +308,8 @@ func TestBrowserWrongPasswordIsRefused(t *testing.T) {
 func TestBrowserHealthShowsLagPerPartition(t *testing.T) {
 	t.Parallel()
 	b, _ := setupHealth(t)
+	b.now = time.Now() // the real days, for the retention section
+	b.exec(t, `UPDATE consumer_offsets SET updated_at = now() - interval '90 seconds'`)
 	br := newBrowser(t, rightCredentials)
 	br.run(t, chromedp.Navigate(b.ts.URL+"/health"), chromedp.WaitVisible(chromedp.ID("partitions")))
 	lags := get(t, br, texts("#partitions td.lag"))

@@ -21,6 +21,7 @@ var funcs = template.FuncMap{
 	"bytes":      formatBytes,
 	"paymentURL": paymentURL,
 	"cursorURL":  cursorURL,
+	"window":     formatWindow,
 	"body":       formatBody,
 	"eventID":    func(key string, version int64) string { return key + ":" + strconv.FormatInt(version, 10) },
 }
@@ -91,6 +92,19 @@ func formatAge(now, t time.Time) string {
 		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// formatWindow is a look-back window in words: 168h is "7 days".
+func formatWindow(d time.Duration) string {
+	switch {
+	case d == 24*time.Hour:
+		return "day"
+	case d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%d days", d/(24*time.Hour))
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	}
+	return d.String()
 }
 
 func formatBytes(n int64) string {
