@@ -170,7 +170,10 @@ func (c *devCmd) Run(ctx context.Context, e *env) error {
 		return err
 	}
 	defer stopTracing()
-	srv, err := newIngest(e, brokers, kafkaOpts, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) { cfg.TracerProvider = tp })
+	srv, err := newIngest(e, brokers, kafkaOpts, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
+		cfg.TracerProvider = tp
+		cfg.ServeMetrics = true // dev: everything on its one loopback address
+	})
 	if err != nil {
 		return err
 	}

@@ -41,8 +41,10 @@ type ingestFlags struct {
 	HTTPAddr             string        `help:"Address the webhook endpoint listens on." default:"127.0.0.1:8080" env:"PAYSTREAM_HTTP_ADDR"`
 	Sources              string        `help:"Path of the sources file (YAML) listing the gateways allowed to post." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
 	ProduceTimeout       time.Duration `help:"How long a request waits for the broker's ack before answering 503." default:"5s" env:"PAYSTREAM_PRODUCE_TIMEOUT"`
-	MaxInFlight          int           `help:"Most webhook requests handled at once; more are answered 503 with Retry-After." default:"2048" env:"PAYSTREAM_MAX_IN_FLIGHT"`
-	MaxBufferedBodyBytes int64         `help:"Most body bytes the requests in flight may hold together (each counted at its Content-Length, or its source's max_body_bytes without one); a request that would pass it is answered 503 with Retry-After." default:"268435456" env:"PAYSTREAM_MAX_BUFFERED_BODY_BYTES"`
+	MaxInFlight          int           `help:"Most webhook requests whose body is in handled at once (verifying, waiting for the broker); more are answered 503 with Retry-After. Bodies still arriving do not count." default:"2048" env:"PAYSTREAM_MAX_IN_FLIGHT"`
+	MaxBufferedBodyBytes int64         `help:"Most body bytes the requests may hold together beyond the first 8 KiB of each, counted as they arrive (not as announced); a request whose body would pass it is answered 503 with Retry-After." default:"268435456" env:"PAYSTREAM_MAX_BUFFERED_BODY_BYTES"`
+	MaxConns             int           `help:"Most connections open at once on --http-addr; a new one past it closes the longest-idle one, or is answered 503 with Retry-After when every one is serving a request. An idle connection costs about 24 KiB." default:"10000" env:"PAYSTREAM_MAX_CONNS"`
+	IdleTimeout          time.Duration `help:"How long a keep-alive connection may wait for its next request; keep it above the idle timeout of the load balancer in front." default:"90s" env:"PAYSTREAM_IDLE_TIMEOUT"`
 	HTTPServer           string        `help:"HTTP server of the webhook endpoint: fasthttp, or net/http (Go's own: the same answers for about 1.3 times the CPU per webhook; see README)." enum:"fasthttp,net/http" default:"fasthttp" env:"PAYSTREAM_HTTP_SERVER"`
 	ProduceLinger        time.Duration `help:"How long the producer waits for more webhooks of a partition before sending them to the broker in one request (longer: fewer requests, less broker CPU, slower answers; 0: each at once)." default:"2ms" env:"PAYSTREAM_PRODUCE_LINGER"`
 }
@@ -51,9 +53,10 @@ type ingestCmd struct {
 	kafkaFlags
 	topicFlags
 	ingestFlags
-	MetricsAddr     string        `help:"Serve /metrics (and /healthz, /debug/pprof/) on this address instead of next to the webhooks (empty: next to the webhooks)." env:"PAYSTREAM_METRICS_ADDR"`
-	ShutdownGrace   time.Duration `help:"On SIGTERM, /readyz answers 503 at once and webhooks are still served this long, so load balancers stop routing here before the listener closes." default:"5s" env:"PAYSTREAM_SHUTDOWN_GRACE"`
-	ShutdownTimeout time.Duration `help:"After the grace, how long requests in flight have to finish (each produced and answered, or answered 503) and the producer to flush (0: --produce-timeout + 5s)." default:"0s" env:"PAYSTREAM_SHUTDOWN_TIMEOUT"`
+	MetricsAddr       string        `help:"Address serving /metrics, /healthz and /debug/pprof/, for Prometheus and operators only (empty: none)." default:"127.0.0.1:9090" env:"PAYSTREAM_METRICS_ADDR"`
+	MetricsOnHTTPAddr bool          `help:"Also serve /metrics on --http-addr, next to the webhooks, where anyone who reaches them can read it." env:"PAYSTREAM_METRICS_ON_HTTP_ADDR"`
+	ShutdownGrace     time.Duration `help:"On SIGTERM, /readyz answers 503 at once and webhooks are still served this long, so load balancers stop routing here before the listener closes." default:"5s" env:"PAYSTREAM_SHUTDOWN_GRACE"`
+	ShutdownTimeout   time.Duration `help:"After the grace, how long requests in flight have to finish (each produced and answered, or answered 503) and the producer to flush (0: --produce-timeout + 5s)." default:"0s" env:"PAYSTREAM_SHUTDOWN_TIMEOUT"`
 }
 
 func (c *ingestCmd) Help() string {
@@ -61,7 +64,9 @@ func (c *ingestCmd) Help() string {
 event (acks=all, idempotent producer); 401 when the signature is missing or wrong, 404 for an
 unknown source, 413 over the body limit, 503 with Retry-After when the broker cannot take it.
 503 also when --max-in-flight requests or --max-buffered-body-bytes are already in flight.
-Also serves GET /healthz, /readyz and /metrics (on --metrics-addr instead when set).
+Also serves GET /healthz and /readyz; /metrics is on --metrics-addr (127.0.0.1:9090), not next
+to the webhooks unless --metrics-on-http-addr. At most --max-conns connections are open: a new
+one closes the longest-idle one; bodies count toward --max-buffered-body-bytes as they arrive.
 
 On SIGTERM: /readyz answers 503 at once, webhooks are still served for --shutdown-grace, then the
 listener closes, requests in flight finish and the producer flushes (within --shutdown-timeout).
@@ -92,7 +97,7 @@ func (c *ingestCmd) Run(ctx context.Context, e *env) error {
 	defer stopTracing()
 	srv, err := newIngest(e, brokers, kafkaOpts, c.topicFlags, c.ingestFlags, sources, func(cfg *ingest.Config) {
 		cfg.TracerProvider = tp
-		cfg.OmitMetrics = c.MetricsAddr != ""
+		cfg.ServeMetrics = c.MetricsOnHTTPAddr
 		cfg.ShutdownGrace, cfg.ShutdownTimeout = c.ShutdownGrace, c.ShutdownTimeout
 	})
 	if err != nil {
@@ -121,6 +126,8 @@ func newIngest(e *env, brokers []string, kafkaOpts []kgo.Opt, t topicFlags, f in
 		ProduceTimeout:       f.ProduceTimeout,
 		MaxInFlight:          f.MaxInFlight,
 		MaxBufferedBodyBytes: f.MaxBufferedBodyBytes,
+		MaxConns:             f.MaxConns,
+		IdleTimeout:          f.IdleTimeout,
 		Linger:               f.ProduceLinger,
 		HTTPServer:           f.HTTPServer,
 		Logger:               e.log.With("component", "ingest"),

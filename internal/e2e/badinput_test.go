@@ -972,7 +972,7 @@ func startBadInputIngest(t *testing.T, brokers []string, raw, dlq, server string
 	ing := &badInputIngest{addr: addr, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan struct{})}
 	cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
 		"--sources", sources, "--http-addr", addr, "--shutdown-grace", "0s", "--log-format", "json", "--log-level", "debug",
-		"--http-server", server)
+		"--http-server", server, "--metrics-addr", "", "--metrics-on-http-addr") // requestOutcomes scrapes the webhook address
 	cmd.Env = devEnv()
 	cmd.Stdout, cmd.Stderr = ing.logs, ing.logs
 	if err := cmd.Start(); err != nil {

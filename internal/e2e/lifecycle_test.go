@@ -50,7 +50,7 @@ func TestIngestSIGTERMDrains(t *testing.T) {
 		base := "http://" + addr
 		const grace = 2 * time.Second
 		cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
-			"--sources", sources, "--http-addr", addr, "--shutdown-grace", grace.String(), "--http-server", server, "--log-format", "json")
+			"--sources", sources, "--http-addr", addr, "--metrics-addr", "127.0.0.1:0", "--shutdown-grace", grace.String(), "--http-server", server, "--log-format", "json")
 		cmd.Env = devEnv()
 		logs := &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = logs, logs

@@ -78,7 +78,7 @@ func TestPipelineOverSASLSSL(t *testing.T) {
 	snk := startBin(t, "paystream sink", append([]string{"sink", "--database-url", withAppName(t, dbTLS, sinkApp),
 		"--checkpoint-topic", ckpt, "--heartbeat-interval", "1s"}, common...)...)
 	addr := freeLoopbackAddr(t)
-	ing := startBin(t, "paystream ingest", append([]string{"ingest", "--sources", acmeSources(t, t.TempDir()), "--http-addr", addr}, common...)...)
+	ing := startBin(t, "paystream ingest", append([]string{"ingest", "--sources", acmeSources(t, t.TempDir()), "--http-addr", addr, "--metrics-addr", "127.0.0.1:0"}, common...)...)
 	testenv.WaitFor(t, time.Minute, func() error {
 		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {

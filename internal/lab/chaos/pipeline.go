@@ -128,7 +128,7 @@ func (p *pipeline) setUp(ctx context.Context) (err error) {
 		p.processorURL = u.String()
 	}
 	p.ingest = newProc("ingest", p.bin, p.logDir, append([]string{"ingest", "--sources", p.sources,
-		"--http-addr", p.ingestAddr}, p.common()...)...)
+		"--http-addr", p.ingestAddr, "--metrics-addr", "127.0.0.1:0"}, p.common()...)...)
 	if err := p.ingest.start(); err != nil {
 		return err
 	}
