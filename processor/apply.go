@@ -1,20 +1,17 @@
 package processor
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/statelog"
 	"github.com/paystream/paystream/internal/store"
-	"github.com/paystream/paystream/internal/tracing"
 )
 
 // Delivery reasons the processor itself assigns (the machine assigns the rest).
@@ -37,7 +34,8 @@ type result struct {
 	partition int32
 }
 
-// applier turns records into their effects inside a batch transaction.
+// applier decides what records do to their payments, in memory, over what
+// a batch transaction read: no I/O. The store writes what it decided.
 type applier struct {
 	machine payment.Machine
 	now     func() time.Time
@@ -66,8 +64,8 @@ type delivery struct {
 	// it (see ErrOutcomeChanged).
 	status string
 	// headers, when not nil, are the trace context the state events of
-	// its payment carry, instead of the transaction's: in a transaction
-	// shared by several partitions' batches, each batch's own span.
+	// its payment carry: its batch's span (a transaction shared by
+	// several partitions' batches has one per batch).
 	headers []statelog.Header
 }
 
@@ -105,82 +103,37 @@ type paymentRow struct {
 
 // writes are the rows a batch writes once its decisions are made.
 type writes struct {
-	store.Batch
+	store.Writes
 	// outcomeAt indexes outcomes by delivery id: the outcomes decided, of
 	// new deliveries and stored ones alike.
 	outcomeAt map[int64]int
 	outcomes  []store.Outcome
 }
 
-// applyBatch applies recs (one partition's, in offset order, all at or past
-// the stored offset) inside tx with a fixed number of round trips whatever
-// the batch size: store.Load allocates the delivery ids, finds which
-// records are redeliveries and reads the payments involved with their
-// deferred events; the machine then decides every event in memory, in
-// offset order; store.Write stores the deliveries with their final outcome
-// — the unique dedup key is the deduplication: a first delivery that
-// conflicts fails the batch, which is retried — the transitions, ledger
-// movements, payment states and state events. Each delivery is written
-// once, never inserted and then updated. The caller holds the partition's
-// offset row lock, which serializes every writer of these payments.
-//
-// A record that cannot be applied deterministically (undecodable, an
-// invalid fact, a value Postgres refuses) fails the call with a poison
-// error; the caller then retries record by record under savepoints to
-// quarantine just that record.
-func (a *applier) applyBatch(ctx context.Context, tx pgx.Tx, recs []*kgo.Record, refetched map[int64][]payment.Fact) ([]result, error) {
-	ds, err := decodeAll(recs, refetched)
-	if err != nil {
-		return nil, err
-	}
-	b := &pgx.Batch{}
-	loaded := a.queueLoad(b, ds)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("load batch: %w", err)
-	}
-	payments, err := loaded()
-	if err != nil {
-		return nil, err
-	}
-	return a.decide(ctx, tx, ds, payments)
-}
-
 // decodeAll decodes recs, failing with a poison error on the first that
 // does not decode.
-func decodeAll(recs []*kgo.Record, refetched map[int64][]payment.Fact) ([]delivery, error) {
+func decodeAll(recs []*kgo.Record) ([]delivery, error) {
 	ds := make([]delivery, len(recs))
 	for i, rec := range recs {
 		env, err := envelope.DecodeRaw(rec.Value)
 		if err != nil {
 			return nil, poison("decode record at offset %d: %w", rec.Offset, err)
 		}
-		ds[i] = delivery{rec: rec, env: env, refetched: refetched[rec.Offset]}
+		ds[i] = delivery{rec: rec, env: env}
 	}
 	return ds, nil
 }
 
 // decide runs the machine over deliveries, in order, against their
-// payments, and writes what it decided, in one round trip. It is shared by
-// replays and the refetch sweeper (whose deliveries are stored already).
-func (a *applier) decide(ctx context.Context, tx pgx.Tx, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
-	b := &pgx.Batch{}
-	results, err := a.decideQueued(ctx, b, ds, payments)
-	if err != nil {
-		return nil, err
-	}
-	if b.Len() == 0 {
-		return results, nil
-	}
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("write batch: %w", err)
-	}
-	return results, nil
-}
-
-// decideQueued is decide with the writes queued on b, for the caller to
-// send (with statements of its own after them). The state events carry the
-// trace context of ctx's span, if any (see tracing.StateHeaders).
-func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery, payments map[string]*paymentRow) ([]result, error) {
+// payments (as read, then advanced in memory), and returns the rows to
+// write, with a result per decision. Its deliveries are a batch's records
+// (filled in by loaded), or stored deliveries decided again by replay or
+// the sweeper.
+//
+// A record that cannot be applied deterministically (an invalid fact)
+// fails the call with a poison error; the caller then retries record by
+// record under savepoints to quarantine just that record.
+func (a *applier) decide(ds []delivery, payments map[string]*paymentRow) (store.Writes, []result, error) {
 	var w writes
 	results := make([]result, 0, len(ds))
 	for i := range ds {
@@ -214,7 +167,7 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 		for _, f := range facts {
 			dec := a.machine.Apply(p.state, f)
 			if dec.Outcome == payment.OutcomeIgnored && dec.Reason == payment.ReasonInvalidFact {
-				return nil, poison("event %s (%s): invalid fact", ev.EventID, ev.Type)
+				return store.Writes{}, nil, poison("event %s (%s): invalid fact", ev.EventID, ev.Type)
 			}
 			if first == nil || (dec.Outcome == payment.OutcomeApplied && !applied) {
 				first = &dec
@@ -224,7 +177,7 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 			}
 			applied = true
 			if err := a.transition(&w, p, d.inboxID, ev.EventID, f, dec); err != nil {
-				return nil, err
+				return store.Writes{}, nil, err
 			}
 		}
 		if first == nil {
@@ -256,7 +209,7 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 			results = append(results, result{d.env.Source, string(r.Decision.Outcome), r.Decision.Reason, d.partition()})
 			if r.Decision.Outcome == payment.OutcomeApplied {
 				if err := a.transition(&w, p, wt.inboxID, wt.eventID, wt.fact, r.Decision); err != nil {
-					return nil, err
+					return store.Writes{}, nil, err
 				}
 			}
 		}
@@ -267,11 +220,6 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 			}
 		}
 		p.waiting = kept
-	}
-	if h := tracing.StateHeaders(ctx); h != nil {
-		for i := range w.Events {
-			w.Events[i].Headers = h // read only: shared
-		}
 	}
 	var own map[string][]statelog.Header // by payment key
 	for i := range ds {
@@ -284,55 +232,53 @@ func (a *applier) decideQueued(ctx context.Context, b *pgx.Batch, ds []delivery,
 	}
 	for i := range w.Events {
 		if h, ok := own[w.Events[i].Key]; ok {
-			w.Events[i].Headers = h
+			w.Events[i].Headers = h // read only: shared
 		}
 	}
-	if err := a.queueWrite(b, &w, ds, payments); err != nil {
-		return nil, err
+	if err := a.rows(&w, ds, payments); err != nil {
+		return store.Writes{}, nil, err
 	}
-	return results, nil
+	return w.Writes, results, nil
 }
 
-// queueLoad queues, on b, the allocation of a delivery id for each of ds,
-// the read of which of them are redeliveries (their dedup key is stored
-// already, or earlier in the batch) and of the payments of ds with their
-// deferred events. Once b is sent, the returned function fills ds in and
-// returns the payments.
+// reads returns what deciding ds needs read: a fresh delivery id for
+// each, whether each is a redelivery (its dedup key is stored already),
+// and the payments of ds with their deferred events; and the payments'
+// rows, which loaded fills in.
 //
 // The ids come from one sequence, in offset order, so id order is arrival
 // order. Rows never refer to a delivery by its Kafka position, which is
 // not unique: a second consumer group reads the same records, and a
 // recreated topic reuses offsets.
-func (a *applier) queueLoad(b *pgx.Batch, ds []delivery) func() (map[string]*paymentRow, error) {
-	keys := make([]store.DedupKey, len(ds))
-	var paymentKeys []string
+func reads(ds []delivery) (store.Reads, map[string]*paymentRow) {
+	r := store.Reads{IDs: len(ds), Keys: make([]store.DedupKey, len(ds))}
 	payments := map[string]*paymentRow{}
 	for i := range ds {
 		d := &ds[i]
-		keys[i] = store.DedupKey{Source: d.env.Source, Key: d.env.Event.DedupKey}
+		r.Keys[i] = store.DedupKey{Source: d.env.Source, Key: d.env.Event.DedupKey}
 		if payments[d.env.PaymentKey] == nil {
 			payments[d.env.PaymentKey] = &paymentRow{key: d.env.PaymentKey, source: d.env.Source, paymentID: d.env.Event.PaymentID}
-			paymentKeys = append(paymentKeys, d.env.PaymentKey)
+			r.Payments = append(r.Payments, d.env.PaymentKey)
 		}
 	}
-	loaded := store.QueueLoad(b, len(ds), keys, paymentKeys)
-	return func() (map[string]*paymentRow, error) {
-		if err := loaded.Check(); err != nil {
-			return nil, err
+	return r, payments
+}
+
+// loaded fills ds in (ids, redeliveries) and their payments from what
+// reads(ds) read.
+func loaded(ds []delivery, l *store.Loaded, payments map[string]*paymentRow) {
+	loadedPayments(l.Payments, payments)
+	for i := range ds {
+		d := &ds[i]
+		d.inboxID = l.IDs[i]
+		// A key stored before, or by an earlier record of this batch, is
+		// a redelivery of that first delivery.
+		key := store.DedupKey{Source: d.env.Source, Key: d.env.Event.DedupKey}
+		if first, ok := l.Known[key]; ok {
+			d.duplicate, d.duplicateOf = true, first
+		} else {
+			l.Known[key] = d.inboxID
 		}
-		loadedPayments(loaded.Payments, payments)
-		for i := range ds {
-			d := &ds[i]
-			d.inboxID = loaded.IDs[i]
-			// A key stored before, or by an earlier record of this batch,
-			// is a redelivery of that first delivery.
-			if first, ok := loaded.Known[keys[i]]; ok {
-				d.duplicate, d.duplicateOf = true, first
-			} else {
-				loaded.Known[keys[i]] = d.inboxID
-			}
-		}
-		return payments, nil
 	}
 }
 
@@ -412,10 +358,11 @@ func (w *writes) outcome(paymentKey string, id int64, outcome payment.Outcome, r
 	w.outcomes = append(w.outcomes, store.Outcome{ID: id, PaymentKey: paymentKey, Status: string(outcome), Reason: reason})
 }
 
-// queueWrite queues, on b, every row the batch decided on: the new
+// rows completes w with every row the batch decided on: the new
 // deliveries (with their outcome), the outcomes of stored deliveries
-// decided again, payment states, transitions, movements and state events.
-func (a *applier) queueWrite(b *pgx.Batch, w *writes, ds []delivery, payments map[string]*paymentRow) error {
+// decided again and the payment states, beside the transitions, movements
+// and state events decide added.
+func (a *applier) rows(w *writes, ds []delivery, payments map[string]*paymentRow) error {
 	recordedAt := a.now().UTC()
 	// A stored delivery's outcome is written only if the row still has
 	// the status it was read with: the deliveries' own (replay, sweeper),
@@ -456,14 +403,15 @@ func (a *applier) queueWrite(b *pgx.Batch, w *writes, ds []delivery, payments ma
 			w.Payments = append(w.Payments, store.PaymentWrite{New: !p.stored, Key: p.key, Source: p.source, PaymentID: p.paymentID, State: p.state, LastEventAt: p.lastEvent})
 		}
 	}
-	return store.QueueWrite(b, &w.Batch)
+	return nil
 }
 
-// quarantine records a record that failed deterministically, with the error
-// as its reason, and holds its payment so later events wait for a replay
-// instead of being applied out of order. Text that Postgres refused (NUL
-// bytes, invalid UTF-8) is cleaned; the record value is kept byte-exact.
-func quarantine(ctx context.Context, tx pgx.Tx, now time.Time, rec *kgo.Record, cause error) (result, error) {
+// quarantined is how a record that failed deterministically is stored:
+// with the error as its reason, its payment held so later events wait for
+// a replay instead of being applied out of order. Text that Postgres
+// refused (NUL bytes, invalid UTF-8) is cleaned; the record value is kept
+// byte-exact.
+func quarantined(now time.Time, rec *kgo.Record, cause error) (store.Quarantined, result) {
 	q := store.Quarantined{
 		RecordedAt: now.UTC(), Source: "unknown", DedupKey: fmt.Sprintf("offset:%s:%d:%d", rec.Topic, rec.Partition, rec.Offset),
 		PaymentKey: string(rec.Key), Record: rec.Value, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset,
@@ -479,10 +427,7 @@ func quarantine(ctx context.Context, tx pgx.Tx, now time.Time, rec *kgo.Record, 
 	if len(q.Reason) > 1000 {
 		q.Reason = q.Reason[:1000]
 	}
-	if err := store.Quarantine(ctx, tx, q); err != nil {
-		return result{}, err
-	}
-	return result{q.Source, outcomeQuarantined, "poison", rec.Partition}, nil
+	return q, result{q.Source, outcomeQuarantined, "poison", rec.Partition}
 }
 
 // cleanText makes s storable as Postgres text: valid UTF-8 without NUL.

@@ -61,14 +61,14 @@ func threeBatches(t *testing.T, pool *pgxpool.Pool) (*Processor, map[int32]*Work
 	p, workers := sharedProcessor(t, pool, 0, 1, 2)
 	batches := map[*Worker][]*kgo.Record{}
 	for part, w := range workers {
-		batches[w] = partitionBatch(t, part, int(part)*100, 5)
+		batches[w] = partitionRecords(t, part, int(part)*100, 5)
 	}
 	return p, workers, batches
 }
 
-// partitionBatch is paymentRecords for payments first… on partition part,
+// partitionRecords is paymentRecords for payments first… on partition part,
 // at offsets from 0.
-func partitionBatch(t *testing.T, part int32, first, payments int) []*kgo.Record {
+func partitionRecords(t *testing.T, part int32, first, payments int) []*kgo.Record {
 	recs := paymentRecords(t, sharedTopic, first, payments)
 	for i, r := range recs {
 		r.Partition, r.Offset = part, int64(i)
@@ -268,7 +268,7 @@ func TestSharedTransactionEventsCarryTheirBatchSpan(t *testing.T) {
 	p.tracer = tracing.Tracer(tp, tracerName)
 	batches := map[*Worker][]*kgo.Record{}
 	for part, w := range workers {
-		batches[w] = partitionBatch(t, part, int(part)*100, 2)
+		batches[w] = partitionRecords(t, part, int(part)*100, 2)
 	}
 	commitTogether(t, p, batches)
 
@@ -295,7 +295,7 @@ func TestSharedTransactionEventsCarryTheirBatchSpan(t *testing.T) {
 		}
 		for _, e := range events {
 			n++
-			part := int(e.Key[len("acme:pay_000")] - '0') // partitionBatch numbers part's payments from part*100
+			part := int(e.Key[len("acme:pay_000")] - '0') // partitionRecords numbers part's payments from part*100
 			var parent string
 			for _, h := range e.Headers {
 				if h.Key == "traceparent" {

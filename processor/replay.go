@@ -7,11 +7,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/store"
+	"github.com/paystream/paystream/internal/tracing"
 )
 
 // ErrNotHeld is returned by Replay for a payment that has nothing to replay.
@@ -87,69 +87,61 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 		skip[id] = true
 	}
 	a := &applier{now: opts.Now}
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		// Replay has no partition of its own: it excludes every worker
-		// and sweeper for its transaction, so it reads the payment, its
-		// hold and its waiting events as the last writer committed them,
-		// and no batch decides an event of the payment meanwhile (see
-		// store.QueueLoadPayments).
-		if err := store.LockAllPartitions(ctx, tx, replayLockTimeout, bounds); err != nil {
-			return err
-		}
-		locked := map[string]*store.LoadedPayment{}
-		b := &pgx.Batch{}
-		store.QueueLoadPayments(b, []string{paymentKey}, locked)
-		var rows []store.StoredDelivery
-		var found bool
-		store.QueueHeldDeliveries(b, paymentKey, &rows, &found)
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return fmt.Errorf("load held payment: %w", err)
-		}
-		if !found && len(rows) == 0 {
-			return ErrNotHeld
-		}
-		payments := map[string]*paymentRow{paymentKey: {key: paymentKey}}
-		loadedPayments(locked, payments)
-		p := payments[paymentKey]
-		if err := store.ReleaseHold(ctx, tx, paymentKey); err != nil {
-			return err
-		}
-		p.held = false
+	// Replay has no partition of its own: it excludes every worker and
+	// sweeper for its transaction, so it reads the payment, its hold and
+	// its waiting events as the last writer committed them, and no batch
+	// decides an event of the payment meanwhile (see store.Reads).
+	tx, err := store.BeginBatch(ctx, pool, store.BatchLock{AllPartitions: true, LockTimeout: replayLockTimeout, Bounds: bounds},
+		store.Reads{Payments: []string{paymentKey}, Held: paymentKey})
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, or on the way out of a failure
+	rows := tx.Loaded.Held
+	if !tx.Loaded.IsHeld && len(rows) == 0 {
+		return ReplayReport{}, ErrNotHeld
+	}
+	payments := map[string]*paymentRow{paymentKey: {key: paymentKey}}
+	loadedPayments(tx.Loaded.Payments, payments)
+	p := payments[paymentKey]
+	if err := tx.ReleaseHold(ctx, paymentKey); err != nil {
+		return ReplayReport{}, err
+	}
+	p.held = false
 
-		var ds []delivery
-		for _, r := range rows {
-			if skip[r.ID] {
-				o := store.Outcome{ID: r.ID, PaymentKey: paymentKey, Status: store.StatusIgnored, Reason: "skipped_by_operator", Expected: r.Status}
-				if err := store.SetOutcome(ctx, tx, o); err != nil {
-					return fmt.Errorf("skip delivery %d: %w", r.ID, err)
-				}
-				report.Skipped = append(report.Skipped, r.ID)
-				continue
+	headers := tracing.StateHeaders(ctx)
+	var ds []delivery
+	for _, r := range rows {
+		if skip[r.ID] {
+			o := store.Outcome{ID: r.ID, PaymentKey: paymentKey, Status: store.StatusIgnored, Reason: "skipped_by_operator", Expected: r.Status}
+			if err := tx.SetOutcome(ctx, o); err != nil {
+				return ReplayReport{}, fmt.Errorf("skip delivery %d: %w", r.ID, err)
 			}
-			if r.DuplicateOf != nil {
-				// A redelivery of an event whose first delivery is stored.
-				o := store.Outcome{ID: r.ID, PaymentKey: paymentKey, Status: store.StatusIgnored, Reason: reasonDuplicateEvent, Expected: r.Status}
-				if err := store.SetOutcome(ctx, tx, o); err != nil {
-					return fmt.Errorf("settle duplicate delivery %d: %w", r.ID, err)
-				}
-				report.Replayed[string(payment.OutcomeIgnored)]++
-				continue
-			}
-			env, err := r.Envelope()
-			if err != nil {
-				return fmt.Errorf("delivery %d still cannot be decoded (skip it with --skip %d): %w", r.ID, r.ID, err)
-			}
-			if env.PaymentKey != paymentKey {
-				return fmt.Errorf("delivery %d belongs to %s", r.ID, env.PaymentKey)
-			}
-			if p.source == "" {
-				p.source, p.paymentID = env.Source, env.Event.PaymentID
-			}
-			ds = append(ds, delivery{env: env, inboxID: r.ID, status: r.Status})
+			report.Skipped = append(report.Skipped, r.ID)
+			continue
 		}
-		if len(ds) == 0 {
-			return nil
+		if r.DuplicateOf != nil {
+			// A redelivery of an event whose first delivery is stored.
+			o := store.Outcome{ID: r.ID, PaymentKey: paymentKey, Status: store.StatusIgnored, Reason: reasonDuplicateEvent, Expected: r.Status}
+			if err := tx.SetOutcome(ctx, o); err != nil {
+				return ReplayReport{}, fmt.Errorf("settle duplicate delivery %d: %w", r.ID, err)
+			}
+			report.Replayed[string(payment.OutcomeIgnored)]++
+			continue
 		}
+		env, err := r.Envelope()
+		if err != nil {
+			return ReplayReport{}, fmt.Errorf("delivery %d still cannot be decoded (skip it with --skip %d): %w", r.ID, r.ID, err)
+		}
+		if env.PaymentKey != paymentKey {
+			return ReplayReport{}, fmt.Errorf("delivery %d belongs to %s", r.ID, env.PaymentKey)
+		}
+		if p.source == "" {
+			p.source, p.paymentID = env.Source, env.Event.PaymentID
+		}
+		ds = append(ds, delivery{env: env, inboxID: r.ID, status: r.Status, headers: headers})
+	}
+	if len(ds) > 0 {
 		// The re-driven deliveries are decided here, not re-offered as
 		// waiting.
 		redriven := map[int64]bool{}
@@ -157,19 +149,21 @@ func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts Rep
 			redriven[d.inboxID] = true
 		}
 		p.waiting = slices.DeleteFunc(p.waiting, func(w waiting) bool { return redriven[w.inboxID] })
-		results, err := a.decide(ctx, tx, ds, payments)
+		w, results, err := a.decide(ds, payments)
+		if err == nil {
+			err = tx.Write(ctx, w)
+		}
 		if errors.Is(err, ErrOutcomeChanged) {
-			return err
+			return ReplayReport{}, err
 		}
 		if err != nil {
-			return fmt.Errorf("replay still fails: %w", err)
+			return ReplayReport{}, fmt.Errorf("replay still fails: %w", err)
 		}
 		for _, r := range results {
 			report.Replayed[r.outcome]++
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return ReplayReport{}, err
 	}
 	return report, nil

@@ -3,15 +3,14 @@ package processor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/store"
+	"github.com/paystream/paystream/internal/tracing"
 )
 
 // sweepLimit bounds the deferred events one sweep round lists.
@@ -200,47 +199,13 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 		}
 		return s.postpone(ctx, env.PaymentKey, ids)
 	}
-	var results []result
 	// The same bounds as a batch: a sweeper that freezes (or loses its
 	// network) inside the transaction has its session ended by Postgres
 	// after IdleInTransactionTimeout, releasing the partition's offset row
 	// for the worker and the partition's next owner.
 	txCtx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
-	err = pgx.BeginFunc(txCtx, s.p.pool, func(tx pgx.Tx) error {
-		bounds := store.Bounds{IdleInTransaction: s.p.applier.idleTimeout, Statement: commitTimeout}
-		if err := lockPartition(txCtx, tx, s.p.cfg.Group, s.topic, s.partition, s.epoch, bounds); err != nil {
-			return err
-		}
-		key := env.PaymentKey
-		locked := map[string]*store.LoadedPayment{}
-		b := &pgx.Batch{}
-		store.QueueLoadPayments(b, []string{key}, locked)
-		// Read under the partition's lock: only events still deferred are
-		// decided; the update of each is guarded by that status too.
-		still := map[int64]bool{}
-		store.QueueStillDeferred(b, key, ids, still)
-		if err := tx.SendBatch(txCtx, b).Close(); err != nil {
-			return fmt.Errorf("load payment: %w", err)
-		}
-		payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
-		loadedPayments(locked, payments)
-		var ds []delivery
-		for _, d := range due {
-			if still[d.id] {
-				ds = append(ds, delivery{env: d.env, inboxID: d.id, status: "deferred", refetched: facts})
-			}
-		}
-		if len(ds) == 0 {
-			return nil
-		}
-		// The swept events are decided here, not re-offered as waiting.
-		pr := payments[key]
-		pr.waiting = slices.DeleteFunc(pr.waiting, func(w waiting) bool { return still[w.inboxID] })
-		var err error
-		results, err = s.p.applier.decide(txCtx, tx, ds, payments)
-		return err
-	})
+	results, err := s.apply(txCtx, due, facts)
 	if errors.Is(err, ErrFenced) || ctx.Err() != nil {
 		return err
 	}
@@ -256,25 +221,60 @@ func (s *sweeper) settle(ctx context.Context, due []dueEvent) error {
 	return nil
 }
 
+// apply applies the refetched facts to the payment's due events still
+// deferred, in one transaction fenced like a batch: it locks the
+// partition's offset row with the reads queued behind it (only events
+// still deferred are decided; the update of each is guarded by that
+// status too), checks the owner epoch, and writes what was decided.
+func (s *sweeper) apply(ctx context.Context, due []dueEvent, facts []payment.Fact) ([]result, error) {
+	env := due[0].env
+	key := env.PaymentKey
+	ids := make([]int64, len(due))
+	for i, d := range due {
+		ids[i] = d.id
+	}
+	a := s.p.applier
+	tx, err := store.BeginBatch(ctx, s.p.pool, a.lock(s.p.cfg.Group, s.topic, s.partition),
+		store.Reads{Payments: []string{key}, StillDeferred: store.DeliveryIDs{PaymentKey: key, IDs: ids}})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, or on the way out of a failure
+	_, owner, err := tx.Offset(s.partition)
+	if err := fence(s.topic, s.partition, s.epoch, owner, err); err != nil {
+		return nil, err
+	}
+	payments := map[string]*paymentRow{key: {key: key, source: env.Source, paymentID: env.Event.PaymentID}}
+	loadedPayments(tx.Loaded.Payments, payments)
+	still := tx.Loaded.StillDeferred
+	headers := tracing.StateHeaders(ctx)
+	var ds []delivery
+	for _, d := range due {
+		if still[d.id] {
+			ds = append(ds, delivery{env: d.env, inboxID: d.id, status: store.StatusDeferred, refetched: facts, headers: headers})
+		}
+	}
+	if len(ds) == 0 {
+		return nil, nil
+	}
+	// The swept events are decided here, not re-offered as waiting.
+	pr := payments[key]
+	pr.waiting = slices.DeleteFunc(pr.waiting, func(w waiting) bool { return still[w.inboxID] })
+	w, results, err := a.decide(ds, payments)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Write(ctx, w); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
 // postpone makes the events due again after RefetchRetry. It records no
 // outcome: they stay deferred.
 func (s *sweeper) postpone(ctx context.Context, paymentKey string, ids []int64) error {
 	return store.Postpone(ctx, s.p.pool, paymentKey, ids)
-}
-
-// lockPartition locks the partition's offset row for the rest of tx, with
-// bounds, and fails with ErrFenced unless epoch is still the partition's
-// owner epoch: the fence every write on a partition's behalf goes through.
-func lockPartition(ctx context.Context, tx pgx.Tx, group, topic string, partition int32, epoch int64, bounds store.Bounds) error {
-	_, owner, err := store.LockPartition(ctx, tx, group, topic, partition, bounds)
-	if errors.Is(err, store.ErrNoOffsetRow) {
-		return fmt.Errorf("%w: %w", ErrFenced, err)
-	}
-	if err != nil {
-		return err
-	}
-	if owner != epoch {
-		return fmt.Errorf("%w: %s/%d epoch %d, ours %d", ErrFenced, topic, partition, owner, epoch)
-	}
-	return nil
 }

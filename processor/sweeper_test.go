@@ -315,14 +315,18 @@ func TestOutcomeGuardRefusesChangedRow(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, `UPDATE deliveries SET status = 'ignored', reason = 'skipped_by_operator' WHERE id = $1`, inboxID); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := db.Pool.Begin(ctx)
+	tx, err := store.BeginBatch(ctx, db.Pool, store.BatchLock{}, store.Reads{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // rolled back on purpose
 	payments := map[string]*paymentRow{"mp:pay_x": {key: "mp:pay_x", source: "mp", paymentID: "pay_x"}}
-	if _, err := p.applier.decide(ctx, tx, []delivery{d}, payments); !errors.Is(err, ErrOutcomeChanged) {
-		t.Fatalf("decide over a changed row: %v, want ErrOutcomeChanged", err)
+	w, _, err := p.applier.decide([]delivery{d}, payments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Write(ctx, w); !errors.Is(err, ErrOutcomeChanged) {
+		t.Fatalf("write over a changed row: %v, want ErrOutcomeChanged", err)
 	}
 	_ = tx.Rollback(ctx)
 	var status, reason string

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/retry"
+	"github.com/paystream/paystream/internal/tracing"
 )
 
 // commitTimeout bounds one batch transaction, so a hung connection turns
@@ -231,9 +232,10 @@ func (w *Worker) commit(batch []*kgo.Record) bool {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
 		ctx, span := w.p.startBatchSpan(ctx, batch)
-		out, err := w.p.commits.commit(ctx, w, batch)
+		b := newPartitionBatch(w.partition, w.epoch, w.committed, batch, tracing.StateHeaders(ctx))
+		out, err := w.p.commits.commit(ctx, b)
 		if errors.Is(err, errCommitAlone) {
-			out, err = w.p.commits.commitAlone(ctx, w, batch)
+			out, err = w.p.commits.commitAlone(ctx, b)
 		}
 		endBatchSpan(span, out, err)
 		cancel()

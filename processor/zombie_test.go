@@ -16,6 +16,7 @@ import (
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/store"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
@@ -110,7 +111,7 @@ func wantAfter(t *testing.T, recs []*kgo.Record, n int, epoch int64) zombieSnaps
 	return s
 }
 
-func mustClaim(t *testing.T, db batcher) (epoch, next int64) {
+func mustClaim(t *testing.T, db store.DB) (epoch, next int64) {
 	t.Helper()
 	epoch, next, _, err := claim(context.Background(), db, zombieGroup, zombieTopic, 0)
 	if err != nil {
@@ -120,6 +121,12 @@ func mustClaim(t *testing.T, db batcher) (epoch, next int64) {
 }
 
 func zombieApplier() *applier { return &applier{now: time.Now} }
+
+// commitBatch commits recs, one partition's batch, in a transaction of its
+// own, as a worker that does not know its last commit would.
+func commitBatch(ctx context.Context, db store.Beginner, a *applier, group string, epoch int64, recs []*kgo.Record) (batchOutcome, error) {
+	return commitAlone(ctx, db, a, group, newPartitionBatch(recs[0].Partition, epoch, -1, recs, nil))
+}
 
 // TestZombieCommitIsFenced: a worker that lost its partition to a newer
 // claim fails its commit with ErrFenced and writes nothing — no inbox
@@ -326,7 +333,7 @@ type commitResult struct {
 	err error
 }
 
-func commitAsync(db beginner, epoch int64, recs []*kgo.Record) <-chan commitResult {
+func commitAsync(db store.Beginner, epoch int64, recs []*kgo.Record) <-chan commitResult {
 	done := make(chan commitResult, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -59,35 +58,9 @@ func Quarantine(ctx context.Context, tx pgx.Tx, q Quarantined) error {
 	return nil
 }
 
-// QueueHeldDeliveries queues, on b, the read of paymentKey's quarantined
-// deliveries and those deferred while it was held, oldest first, into
-// into, and whether the payment is held into held.
-func QueueHeldDeliveries(b *pgx.Batch, paymentKey string, into *[]StoredDelivery, held *bool) {
-	b.Queue(`
-		SELECT `+deliveryColumns+` FROM deliveries
-		 WHERE payment_key = $1 AND status IN ('deferred', 'quarantined') AND (status = 'quarantined' OR reason = $2)
-		 ORDER BY id`, paymentKey, ReasonPaymentHeld).Query(func(rows pgx.Rows) error {
-		for rows.Next() {
-			var d StoredDelivery
-			if err := rows.Scan(d.scanTargets()...); err != nil {
-				return err
-			}
-			*into = append(*into, d)
-		}
-		return rows.Err()
-	})
-	b.Queue(`SELECT true FROM payments WHERE payment_key = $1 AND held`, paymentKey).QueryRow(func(r pgx.Row) error {
-		err := r.Scan(held)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
-}
-
 // ReleaseHold releases paymentKey's hold.
-func ReleaseHold(ctx context.Context, tx pgx.Tx, paymentKey string) error {
-	if _, err := tx.Exec(ctx, `UPDATE payments SET held = false, held_reason = NULL, updated_at = now() WHERE payment_key = $1`, paymentKey); err != nil {
+func (t *BatchTx) ReleaseHold(ctx context.Context, paymentKey string) error {
+	if _, err := t.tx.Exec(ctx, `UPDATE payments SET held = false, held_reason = NULL, updated_at = now() WHERE payment_key = $1`, paymentKey); err != nil {
 		return fmt.Errorf("release hold: %w", err)
 	}
 	return nil
@@ -95,8 +68,8 @@ func ReleaseHold(ctx context.Context, tx pgx.Tx, paymentKey string) error {
 
 // SetOutcome writes o now, and fails with ErrOutcomeChanged if the row no
 // longer has status o.Expected.
-func SetOutcome(ctx context.Context, tx pgx.Tx, o Outcome) error {
-	ct, err := tx.Exec(ctx, `
+func (t *BatchTx) SetOutcome(ctx context.Context, o Outcome) error {
+	ct, err := t.tx.Exec(ctx, `
 		UPDATE deliveries SET status = $4, reason = NULLIF($5, ''), processed_at = now()
 		 WHERE payment_key = $1 AND id = $2 AND status IN ('deferred', 'quarantined') AND status = $3`,
 		o.PaymentKey, o.ID, o.Expected, o.Status, o.Reason)

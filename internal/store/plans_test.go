@@ -60,28 +60,24 @@ func TestKeyLookupsUseIndexesAfterTablesGrow(t *testing.T) {
 			dedup[i] = store.DedupKey{Source: "acme", Key: fmt.Sprintf("evt_%d", i*7)}
 			payments[i] = fmt.Sprintf("acme:pay_%d", i*7)
 		}
-		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			loaded, err := store.Load(ctx, tx, 1, dedup, payments)
-			if err != nil {
-				return err
-			}
-			first, known := loaded.Known[dedup[0]]
-			if !known || first != 1 || !loaded.Payments[payments[0]].Found {
-				return fmt.Errorf("stored key or payment not found: %+v", loaded)
-			}
-			now := time.Now().UTC()
-			err = store.Write(ctx, tx, &store.Batch{
-				Deliveries: []store.Delivery{{ID: loaded.IDs[0], RecordedAt: now, Topic: "raw", Offset: 1, Duplicate: true, DuplicateOf: first,
-					Envelope: envelope.Raw{Source: "acme", PaymentKey: payments[0], ReceivedAt: now, Event: provider.Event{DedupKey: dedup[0].Key}}}},
-				Payments: []store.PaymentWrite{{Key: payments[0], Source: "acme", PaymentID: "pay_0",
-					State: payment.State{Status: payment.StatusPaid, Version: 1, AmountMinor: 100, Currency: "BRL"}}},
-			})
-			if err != nil {
-				return err
-			}
-			return errRollback
+		tx, err := store.BeginBatch(ctx, conn, store.BatchLock{}, store.Reads{IDs: 1, Keys: dedup, Payments: payments})
+		if err != nil {
+			t.Fatalf("batch: %v", err)
+		}
+		defer tx.Rollback(ctx) //nolint:errcheck // rolled back on purpose: only the plans stay
+		loaded := tx.Loaded
+		first, known := loaded.Known[dedup[0]]
+		if !known || first != 1 || !loaded.Payments[payments[0]].Found {
+			t.Fatalf("stored key or payment not found: %+v", loaded)
+		}
+		now := time.Now().UTC()
+		err = tx.Write(ctx, store.Writes{
+			Deliveries: []store.Delivery{{ID: loaded.IDs[0], RecordedAt: now, Topic: "raw", Offset: 1, Duplicate: true, DuplicateOf: first,
+				Envelope: envelope.Raw{Source: "acme", PaymentKey: payments[0], ReceivedAt: now, Event: provider.Event{DedupKey: dedup[0].Key}}}},
+			Payments: []store.PaymentWrite{{Key: payments[0], Source: "acme", PaymentID: "pay_0",
+				State: payment.State{Status: payment.StatusPaid, Version: 1, AmountMinor: 100, Currency: "BRL"}}},
 		})
-		if err != errRollback {
+		if err != nil {
 			t.Fatalf("batch: %v", err)
 		}
 	}
@@ -117,8 +113,6 @@ func TestKeyLookupsUseIndexesAfterTablesGrow(t *testing.T) {
 		}
 	}
 }
-
-var errRollback = fmt.Errorf("roll back")
 
 type scans struct{ scans, rows, index int64 }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // DueQuery selects the deferred deliveries of one partition that the
@@ -54,17 +52,6 @@ func ListDue(ctx context.Context, db DB, q DueQuery) ([]StoredDelivery, error) {
 		return nil, fmt.Errorf("list due deferred deliveries: %w", err)
 	}
 	return out, nil
-}
-
-// QueueStillDeferred queues, on b, which of paymentKey's deliveries ids are
-// still deferred, into still.
-func QueueStillDeferred(b *pgx.Batch, paymentKey string, ids []int64, still map[int64]bool) {
-	b.Queue(`SELECT id FROM deliveries WHERE payment_key = $1 AND id = ANY($2) AND status = 'deferred'`, paymentKey, ids).
-		Query(func(rows pgx.Rows) error {
-			var id int64
-			_, err := pgx.ForEachRow(rows, []any{&id}, func() error { still[id] = true; return nil })
-			return err
-		})
 }
 
 // Postpone makes paymentKey's deferred deliveries ids due again after the
