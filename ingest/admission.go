@@ -50,15 +50,18 @@ func (s *Server) admit() (limit string) {
 	return ""
 }
 
-// bodyCharge is what one webhook's body holds of MaxBufferedBodyBytes.
-type bodyCharge struct {
+// bodyBuf is one webhook's body buffer, and what it holds of s's
+// MaxBufferedBodyBytes. It is pooled (getBody, putBody), charge and all: a
+// request allocates neither.
+type bodyBuf struct {
+	b []byte
 	s *Server
-	n int64
+	n int64 // bytes charged
 }
 
-// add charges n more bytes, or fails with errBodyBytes when the cap would
-// be passed.
-func (c *bodyCharge) add(n int64) error {
+// charge charges n more bytes, or fails with errBodyBytes when the cap
+// would be passed.
+func (c *bodyBuf) charge(n int64) error {
 	if n == 0 {
 		return nil
 	}
@@ -71,7 +74,7 @@ func (c *bodyCharge) add(n int64) error {
 }
 
 // release gives every charged byte back.
-func (c *bodyCharge) release() {
+func (c *bodyBuf) release() {
 	c.s.bodyBytes.Add(-c.n)
 	c.n = 0
 }

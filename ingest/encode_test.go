@@ -163,14 +163,13 @@ func TestReadBody(t *testing.T) {
 	for server, limited := range limiters {
 		for _, c := range cases {
 			for _, bufCap := range []int{0, 8, 4096} {
-				buf := make([]byte, 0, bufCap)
-				charge := &bodyCharge{s: &Server{cfg: Config{MaxBufferedBodyBytes: 1 << 30}}}
-				got, err := readBody(limited(strings.NewReader(c.body)), c.contentLength, limit, &buf, charge)
+				buf := &bodyBuf{b: make([]byte, 0, bufCap), s: &Server{cfg: Config{MaxBufferedBodyBytes: 1 << 30}}}
+				got, err := readBody(limited(strings.NewReader(c.body)), c.contentLength, limit, buf)
 				// Charged for the buffer beyond the first 8 KiB, no more, and
 				// at least for what it holds and the byte that saw EOF.
 				const free = 8 << 10
-				if charge.n > max(int64(cap(buf))-free, 0) || err == nil && charge.n < int64(len(got))+1-free {
-					t.Errorf("%s, %s (cap %d): charged %d bytes for a buffer of %d holding %d", server, c.name, bufCap, charge.n, cap(buf), len(got))
+				if buf.n > max(int64(cap(buf.b))-free, 0) || err == nil && buf.n < int64(len(got))+1-free {
+					t.Errorf("%s, %s (cap %d): charged %d bytes for a buffer of %d holding %d", server, c.name, bufCap, buf.n, cap(buf.b), len(got))
 				}
 				var tooLarge *http.MaxBytesError
 				switch {

@@ -134,19 +134,19 @@ func (s *Server) handleWebhookFast(c *fasthttp.RequestCtx, rt *route) {
 	if contentLength == -2 {
 		contentLength = 0 // neither Content-Length nor chunked: no body, as net/http reads it
 	}
-	a = s.webhook(ctx, rt, func(rt *route, buf *[]byte, charge *bodyCharge) ([]byte, error) {
+	a = s.webhook(ctx, rt, func(rt *route, buf *bodyBuf) ([]byte, error) {
 		// Over the limit, it reads up to the limit as net/http does, so
 		// that a client still writing its body reads the 413 rather than
 		// a connection reset.
 		limit := rt.src.MaxBodyBytes
 		if stream := c.RequestBodyStream(); stream != nil {
-			return readBody(newMaxBytesReader(stream, limit), contentLength, limit, buf, charge)
+			return readBody(newMaxBytesReader(stream, limit), contentLength, limit, buf)
 		}
 		body := c.PostBody() // no stream: the body was read ahead whole, within bodyAllowance
 		if int64(len(body)) > limit {
 			return nil, &http.MaxBytesError{Limit: limit}
 		}
-		if err := charge.add(max(int64(len(body))-bodyAllowance, 0)); err != nil {
+		if err := buf.charge(max(int64(len(body))-bodyAllowance, 0)); err != nil {
 			return nil, err
 		}
 		return body, nil

@@ -177,7 +177,7 @@ type Server struct {
 
 	maxRecordBytes int32
 	inFlight       atomic.Int64 // webhook requests admitted and not yet answered
-	bodyBytes      atomic.Int64 // body bytes the requests hold, as bodyCharge counts them
+	bodyBytes      atomic.Int64 // body bytes the requests hold, as bodyBuf.charge counts them
 }
 
 // route is one source with its metric children, resolved once.

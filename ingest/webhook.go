@@ -57,8 +57,8 @@ func (s *Server) handleWebhook(w http.ResponseWriter, r *http.Request) {
 		ctx, span = s.startSpan(ctx)
 		defer func() { endSpan(span, a.status) }()
 	}
-	a = s.webhook(ctx, s.routes[chi.URLParam(r, "source")], func(rt *route, buf *[]byte, charge *bodyCharge) ([]byte, error) {
-		return readBody(http.MaxBytesReader(w, r.Body, rt.src.MaxBodyBytes), r.ContentLength, rt.src.MaxBodyBytes, buf, charge)
+	a = s.webhook(ctx, s.routes[chi.URLParam(r, "source")], func(rt *route, buf *bodyBuf) ([]byte, error) {
+		return readBody(http.MaxBytesReader(w, r.Body, rt.src.MaxBodyBytes), r.ContentLength, rt.src.MaxBodyBytes, buf)
 	}, func() request {
 		return request{header: r.Header, query: r.URL.RawQuery, gone: func() bool { return r.Context().Err() != nil }}
 	})
@@ -81,23 +81,21 @@ type request struct {
 }
 
 // webhook handles one webhook to rt's source (nil: a source nobody
-// configured): it reads its body with read (which must stop at the route's
-// max_body_bytes with an *http.MaxBytesError, and charge the body's buffer
-// to charge as it grows), admits it, then verifies, parses and produces it,
-// and says what to answer. req is called once reading the body is over.
+// configured): it reads its body into a bodyBuf with read (which must stop
+// at the route's max_body_bytes with an *http.MaxBytesError, and charge the
+// buffer as it grows), admits it, then verifies, parses and produces it, and
+// says what to answer. req is called once reading the body is over.
 func (s *Server) webhook(ctx context.Context, rt *route,
-	read func(*route, *[]byte, *bodyCharge) ([]byte, error), req func() request,
+	read func(*route, *bodyBuf) ([]byte, error), req func() request,
 ) answer {
 	if rt == nil {
 		s.metrics.requests.WithLabelValues("unknown", outcomeUnknownSource).Inc()
 		return answer{status: http.StatusNotFound, body: answerUnknown}
 	}
-	charge := bodyCharge{s: s}
-	defer charge.release()
-	buf := getBuffer()
-	defer putBuffer(buf)
+	buf := s.getBody()
+	defer putBody(buf) // its charge released
 	s.metrics.reading.Inc()
-	body, err := read(rt, buf, &charge)
+	body, err := read(rt, buf)
 	s.metrics.reading.Dec()
 	r := req()
 	if err != nil {
@@ -295,18 +293,24 @@ func (s *Server) produce(p *pending) error {
 
 // Body buffers: most webhooks are a few KiB, so one pooled buffer per
 // request avoids growing a fresh slice for each. Buffers over 64 KiB are
-// not kept: a request is charged its buffer's capacity before its first
-// byte, which must stay small.
-var bufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 8192); return &b }}
+// not kept: a request is charged what it may fill of its buffer beyond
+// bodyAllowance before its first byte, which must stay small.
+var bodyPool = sync.Pool{New: func() any { return &bodyBuf{b: make([]byte, 0, bodyAllowance)} }}
 
-func getBuffer() *[]byte { return bufferPool.Get().(*[]byte) }
+func (s *Server) getBody() *bodyBuf {
+	b := bodyPool.Get().(*bodyBuf)
+	b.s = s
+	return b
+}
 
-func putBuffer(b *[]byte) {
-	if cap(*b) > maxPooledBuffer {
+// putBody releases b's charge and pools it.
+func putBody(b *bodyBuf) {
+	b.release()
+	if cap(b.b) > maxPooledBuffer {
 		return
 	}
-	*b = (*b)[:0]
-	bufferPool.Put(b)
+	b.b, b.s = b.b[:0], nil
+	bodyPool.Put(b)
 }
 
 const maxPooledBuffer = 64 << 10
@@ -314,36 +318,36 @@ const maxPooledBuffer = 64 << 10
 // readBody reads r (already limited to limit bytes by a MaxBytesReader)
 // into *buf, growing it as the bytes arrive — doubling, up to the announced
 // length + 1 when there is one (+1: EOF seen without growing) — and
-// charging the buffer to charge before each growth: first what the body
-// may fill of the buffer it starts with beyond bodyAllowance, then each
-// growth. The returned slice aliases *buf.
-func readBody(r io.Reader, contentLength, limit int64, buf *[]byte, charge *bodyCharge) ([]byte, error) {
-	b := (*buf)[:0]
+// charging the buffer before each growth: first what the body may fill of
+// the buffer it starts with beyond bodyAllowance, then each growth. The
+// returned slice aliases buf.b.
+func readBody(r io.Reader, contentLength, limit int64, buf *bodyBuf) ([]byte, error) {
+	b := buf.b[:0]
 	ceiling := limit + 1
 	if contentLength >= 0 && contentLength < limit {
 		ceiling = contentLength + 1
 	}
 	cost := func(size int64) int64 { return max(size-bodyAllowance, 0) }
 	held := min(int64(cap(b)), ceiling) // what the body may fill of b
-	if err := charge.add(cost(held)); err != nil {
+	if err := buf.charge(cost(held)); err != nil {
 		return nil, err
 	}
 	for {
 		if len(b) == cap(b) {
 			n := max(min(2*int64(cap(b)), ceiling), int64(cap(b))+512)
-			if err := charge.add(cost(n) - cost(held)); err != nil {
+			if err := buf.charge(cost(n) - cost(held)); err != nil {
 				return nil, err
 			}
 			held = n
 			nb := make([]byte, len(b), n)
 			copy(nb, b)
 			b = nb
-			*buf = b
+			buf.b = b
 		}
 		n, err := r.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]
 		if err != nil {
-			*buf = b
+			buf.b = b
 			if errors.Is(err, io.EOF) {
 				return b, nil
 			}
