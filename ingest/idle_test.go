@@ -46,10 +46,19 @@ func TestIdleConnectionsMemory(t *testing.T) {
 	testenv.SkipIfShort(t)
 	const clients, children = 20000, 2
 	const bound = 480 << 20 // heap + stacks
+	// Ingest's ends of the connections and each child's: raise the limit
+	// as far as allowed (the children inherit it).
 	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Cur < lim.Max {
 		lim.Cur = lim.Max
-		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) // the children inherit it
+		_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim)
+		_ = syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim)
+	}
+	if need := uint64(max(clients/children, ingest.DefaultMaxConns) + 1000); lim.Cur < need {
+		t.Fatalf("RLIMIT_NOFILE %d (hard %d): the test needs %d open files in each process", lim.Cur, lim.Max, need)
 	}
 	for _, server := range servers {
 		t.Run(strings.ReplaceAll(server, "/", ""), func(t *testing.T) {
