@@ -327,3 +327,37 @@ func Slot(ctx context.Context, pool *pgxpool.Pool) (string, error) {
 	slot, _, err := resolveSlot(ctx, pool, slog.New(slog.DiscardHandler), "", database, schema)
 	return slot, err
 }
+
+// keepOnStandbys makes the slot a failover slot on Postgres 17 and later
+// (one created by an earlier relay is not), over conn, the replication
+// connection about to stream it, and says when the server does not hold
+// decoding back for its standbys (synchronized_standby_slots): a promoted
+// standby then has the slot, but may lack commits the relay published.
+func (r *Relay) keepOnStandbys(ctx context.Context, conn *pgconn.PgConn) error {
+	failover, err := failoverSlots(ctx, r.pool)
+	if err != nil || !failover {
+		return err
+	}
+	var isFailover bool
+	var standbys string
+	err = r.pool.QueryRow(ctx, `SELECT failover, current_setting('synchronized_standby_slots')
+		  FROM pg_replication_slots WHERE slot_name = $1`, r.cfg.Slot).Scan(&isFailover, &standbys)
+	if err != nil {
+		return fmt.Errorf("look up slot %s: %w", r.cfg.Slot, err)
+	}
+	if !isFailover {
+		err := conn.Exec(ctx, "ALTER_REPLICATION_SLOT "+r.cfg.Slot+" (FAILOVER true)").Close()
+		if isSQLState(err, sqlstateObjectInUse) {
+			return errSlotBusy
+		}
+		if err != nil {
+			return fmt.Errorf("make slot %s a failover slot: %w", r.cfg.Slot, err)
+		}
+		r.log.Info("slot is now a failover slot: standbys with sync_replication_slots keep it", "slot", r.cfg.Slot)
+	}
+	if standbys == "" {
+		r.log.Info("synchronized_standby_slots is empty: a promoted standby keeps the slot but may lack commits already published "+
+			"(repeats for consumers); name the standbys' physical slots there (docs/operations.md, \"Postgres failover\")", "slot", r.cfg.Slot)
+	}
+	return nil
+}
