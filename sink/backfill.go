@@ -124,20 +124,11 @@ func Backfill(ctx context.Context, pool *pgxpool.Pool, cfg BackfillConfig) (Back
 	defer hold.release()
 	rep.TookOver = hold.tookOver
 
-	producer, err := kgo.NewClient(opts(ClientRelay,
-		kgo.TransactionalID(id.TransactionalID()),
-		kgo.TransactionTimeout(time.Minute),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-	)...)
+	producer, err := relayProducer(ctx, opts, id.TransactionalID(), time.Minute)
 	if err != nil {
-		return rep, fmt.Errorf("kafka client: %w", err)
+		return rep, err
 	}
 	defer producer.Close()
-	if _, _, err := producer.ProducerID(ctx); err != nil {
-		return rep, fmt.Errorf("fence the relay (init producer id): %w", err)
-	}
 
 	enc, err := stateFormat(ctx, cfg.StateFormat, cfg.SchemaRegistry, cfg.LatestTopic)
 	if err != nil {

@@ -213,24 +213,13 @@ func (r *Relay) lead(ctx context.Context) error {
 		return fmt.Errorf("start replication on slot %s: %w", r.cfg.Slot, err)
 	}
 
-	cl, err := kgo.NewClient(r.kafkaOpts(ClientRelay,
-		kgo.TransactionalID(r.cfg.TransactionalID),
-		kgo.TransactionTimeout(r.cfg.TransactionTimeout),
-		kgo.RequiredAcks(kgo.AllISRAcks()),
-		kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-	)...)
+	// Nothing the previous relay has in flight can commit after we read
+	// the checkpoint.
+	cl, err := relayProducer(ctx, r.kafkaOpts, r.cfg.TransactionalID, r.cfg.TransactionTimeout)
 	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
+		return err
 	}
 	defer cl.Close()
-	// Initializing the producer id bumps the transactional id's epoch:
-	// the previous relay's open transaction is aborted and its producer
-	// fenced, so nothing it has in flight can commit after we read the
-	// checkpoint.
-	if _, _, err := cl.ProducerID(ctx); err != nil {
-		return fmt.Errorf("fence previous relay (init producer id): %w", err)
-	}
 	if r.legacyTxnID != "" {
 		if err := fence(ctx, r.kafkaOpts, r.legacyTxnID); err != nil {
 			return err
@@ -258,6 +247,29 @@ func (r *Relay) lead(ctx context.Context) error {
 		return err
 	}
 	return s.run(ctx)
+}
+
+// relayProducer returns a transactional producer of txnID, as the relay
+// publishes (acks from all replicas, no linger, partitions by key), whose
+// initialization has bumped txnID's epoch: a transaction an earlier
+// producer of txnID left open is aborted, and that producer can commit
+// nothing more.
+func relayProducer(ctx context.Context, opts func(client string, extra ...kgo.Opt) []kgo.Opt, txnID string, timeout time.Duration) (*kgo.Client, error) {
+	cl, err := kgo.NewClient(opts(ClientRelay,
+		kgo.TransactionalID(txnID),
+		kgo.TransactionTimeout(timeout),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
+	)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	if _, _, err := cl.ProducerID(ctx); err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("fence the previous producer of %q (init producer id): %w", txnID, err)
+	}
+	return cl, nil
 }
 
 // fence bumps the epoch of transactional id txnID: a transaction its

@@ -165,20 +165,10 @@ func Republish(ctx context.Context, pool *pgxpool.Pool, cfg RepublishConfig) (Re
 	if !cfg.DryRun {
 		// Fence the relay: nothing it has open commits after the
 		// checkpoint is read.
-		producer, err = kgo.NewClient(opts(ClientRelay,
-			kgo.TransactionalID(id.TransactionalID()),
-			kgo.TransactionTimeout(time.Minute),
-			kgo.RequiredAcks(kgo.AllISRAcks()),
-			kgo.ProducerLinger(0),
-			kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		)...)
-		if err != nil {
-			return rep, fmt.Errorf("kafka client: %w", err)
+		if producer, err = relayProducer(ctx, opts, id.TransactionalID(), time.Minute); err != nil {
+			return rep, err
 		}
 		defer producer.Close()
-		if _, _, err := producer.ProducerID(ctx); err != nil {
-			return rep, fmt.Errorf("fence the relay (init producer id): %w", err)
-		}
 	}
 	ckpt, err := readCheckpoint(ctx, cfg.Logger, opts, cfg.CheckpointTopic, keys, hist)
 	if err != nil {

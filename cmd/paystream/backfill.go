@@ -33,18 +33,11 @@ transactional id, and lets go. Progress goes to stderr. Example:
 }
 
 func (c *backfillCmd) Run(ctx context.Context, e *env) error {
-	brokers, kafkaOpts, err := c.kafka(e.log)
-	if err != nil {
-		return err
-	}
-	pool, err := c.pool(ctx)
+	brokers, kafkaOpts, pool, err := connect(ctx, e, c.kafkaFlags, c.dbFlags)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
-		return err
-	}
 	if c.LatestTopic == "" {
 		return fmt.Errorf("backfill: --latest-topic is empty: nothing to rebuild")
 	}

@@ -142,6 +142,25 @@ func (s kafkaSecurityFlags) checkKafka(ctx context.Context, log *slog.Logger, br
 	return err
 }
 
+// connect opens what a command working on Kafka and Postgres needs: the
+// Kafka settings (brokers and client options, checked with one connection,
+// see checkKafka) and a pool, which the caller closes.
+func connect(ctx context.Context, e *env, k kafkaFlags, d dbFlags) ([]string, []kgo.Opt, *pgxpool.Pool, error) {
+	brokers, opts, err := k.kafka(e.log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pool, err := d.pool(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := k.checkKafka(ctx, e.log, brokers); err != nil {
+		pool.Close()
+		return nil, nil, nil, err
+	}
+	return brokers, opts, pool, nil
+}
+
 // dbFlags are shared by every command that talks to Postgres.
 type dbFlags struct {
 	DatabaseURL string `help:"Postgres connection URL." env:"PAYSTREAM_DATABASE_URL" placeholder:"postgres://..."`

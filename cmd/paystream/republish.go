@@ -42,18 +42,11 @@ stops half way, run it again. Example:
 }
 
 func (c *republishCmd) Run(ctx context.Context, e *env) error {
-	brokers, kafkaOpts, err := c.kafka(e.log)
-	if err != nil {
-		return err
-	}
-	pool, err := c.pool(ctx)
+	brokers, kafkaOpts, pool, err := connect(ctx, e, c.kafkaFlags, c.dbFlags)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
-		return err
-	}
 	var last time.Time
 	format, registry, err := c.stateFormat()
 	if err != nil {
