@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -131,66 +132,65 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
-func (c *Config) withDefaults() error {
-	if len(c.Brokers) == 0 {
-		return errors.New("processor config: Brokers is required")
-	}
-	if c.Topic == "" {
-		c.Topic = envelope.TopicRaw
-	}
-	if c.Group == "" {
-		c.Group = "paystream-processor"
-	}
-	if c.BatchMaxRecords == 0 {
-		c.BatchMaxRecords = 500
-	}
-	if c.BatchMaxRecords < 0 {
-		return fmt.Errorf("processor config: BatchMaxRecords %d must be positive", c.BatchMaxRecords)
-	}
-	if c.BatchMaxWait == 0 {
-		c.BatchMaxWait = 20 * time.Millisecond
-	}
-	if c.Transactions == 0 {
-		c.Transactions = 1
-	}
-	if c.Transactions < 0 {
-		return fmt.Errorf("processor config: Transactions %d must be positive", c.Transactions)
-	}
-	if c.MaxBufferedBatches == 0 {
-		c.MaxBufferedBatches = 4
-	}
-	if c.OffsetCopyInterval == 0 {
-		c.OffsetCopyInterval = time.Second
-	}
-	if c.RetryBackoffMax == 0 {
-		c.RetryBackoffMax = 5 * time.Second
-	}
-	if c.DeferredWindow == 0 {
-		c.DeferredWindow = time.Hour
-	}
-	if c.RefetchRetry == 0 {
-		c.RefetchRetry = 30 * time.Second
-	}
-	if c.HTTPClient == nil {
-		c.HTTPClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
-	if c.SessionTimeout == 0 {
-		c.SessionTimeout = 45 * time.Second
-	}
-	if c.IdleInTransactionTimeout == 0 {
-		c.IdleInTransactionTimeout = 5 * time.Second
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Registerer == nil {
-		c.Registerer = prometheus.NewRegistry()
-	}
-	if c.RetentionInterval == 0 {
-		c.RetentionInterval = time.Hour
-	}
+// withDefaults returns c with each field left at its zero value set to
+// the default its comment states.
+func (c Config) withDefaults() Config {
+	c.Topic = cmp.Or(c.Topic, envelope.TopicRaw)
+	c.Group = cmp.Or(c.Group, "paystream-processor")
+	c.BatchMaxRecords = cmp.Or(c.BatchMaxRecords, 500)
+	c.BatchMaxWait = cmp.Or(c.BatchMaxWait, 20*time.Millisecond)
+	c.Transactions = cmp.Or(c.Transactions, 1)
+	c.MaxBufferedBatches = cmp.Or(c.MaxBufferedBatches, 4)
+	c.OffsetCopyInterval = cmp.Or(c.OffsetCopyInterval, time.Second)
+	c.RetryBackoffMax = cmp.Or(c.RetryBackoffMax, 5*time.Second)
+	c.DeferredWindow = cmp.Or(c.DeferredWindow, time.Hour)
+	c.RefetchRetry = cmp.Or(c.RefetchRetry, 30*time.Second)
+	c.HTTPClient = cmp.Or(c.HTTPClient, &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }})
+	c.SessionTimeout = cmp.Or(c.SessionTimeout, 45*time.Second)
+	c.IdleInTransactionTimeout = cmp.Or(c.IdleInTransactionTimeout, 5*time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Registerer = cmp.Or[prometheus.Registerer](c.Registerer, prometheus.NewRegistry())
+	c.DeliveryRetention = cmp.Or(c.DeliveryRetention, DefaultDeliveryRetention)
+	c.DedupRetention = cmp.Or(c.DedupRetention, DefaultDedupRetention)
+	c.RetentionInterval = cmp.Or(c.RetentionInterval, time.Hour)
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	return c
+}
+
+// validate reports the first field of c (defaults applied) whose value
+// cannot work, by name.
+func (c *Config) validate() error {
+	positive := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"BatchMaxWait", c.BatchMaxWait},
+		{"OffsetCopyInterval", c.OffsetCopyInterval},
+		{"RetryBackoffMax", c.RetryBackoffMax},
+		{"DeferredWindow", c.DeferredWindow},
+		{"RefetchRetry", c.RefetchRetry},
+		{"SessionTimeout", c.SessionTimeout},
+	}
+	for _, d := range positive {
+		if d.v < 0 {
+			return fmt.Errorf("processor config: %s %s must be positive", d.name, d.v)
+		}
+	}
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("processor config: Brokers is required")
+	case c.BatchMaxRecords < 0:
+		return fmt.Errorf("processor config: BatchMaxRecords %d must be positive", c.BatchMaxRecords)
+	case c.Transactions < 0:
+		return fmt.Errorf("processor config: Transactions %d must be positive", c.Transactions)
+	case c.MaxBufferedBatches < 0:
+		return fmt.Errorf("processor config: MaxBufferedBatches %d must be positive", c.MaxBufferedBatches)
+	}
+	rc := RetentionConfig{DeliveryRetention: c.DeliveryRetention, DedupRetention: c.DedupRetention}.withDefaults()
+	if err := rc.validate(); err != nil {
+		return fmt.Errorf("processor config: %w", err)
 	}
 	return nil
 }

@@ -23,7 +23,6 @@ package processor
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -81,12 +80,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Processor, error) {
 	if pool == nil {
 		return nil, errors.New("processor: pool is required")
 	}
-	if err := cfg.withDefaults(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	rc := RetentionConfig{DeliveryRetention: cfg.DeliveryRetention, DedupRetention: cfg.DedupRetention}
-	if err := rc.defaults(); err != nil {
-		return nil, fmt.Errorf("processor config: %w", err)
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -56,6 +57,16 @@ type ReplayOptions struct {
 	IdleInTransactionTimeout time.Duration
 }
 
+// withDefaults returns o with each field left at its zero value set to the
+// default its comment states.
+func (o ReplayOptions) withDefaults() ReplayOptions {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	o.IdleInTransactionTimeout = cmp.Or(o.IdleInTransactionTimeout, 5*time.Second)
+	return o
+}
+
 // Replay re-drives a held payment after the cause of its quarantine was
 // fixed: in one transaction it releases the hold and applies the payment's
 // quarantined events and the events deferred while it was held, in arrival
@@ -74,12 +85,7 @@ type ReplayOptions struct {
 // idle_in_transaction_session_timeout), so a replay that freezes holding
 // every partition's row is ended by Postgres, not left stalling them all.
 func Replay(ctx context.Context, pool *pgxpool.Pool, paymentKey string, opts ReplayOptions) (ReplayReport, error) {
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.IdleInTransactionTimeout == 0 {
-		opts.IdleInTransactionTimeout = 5 * time.Second
-	}
+	opts = opts.withDefaults()
 	bounds := store.Bounds{IdleInTransaction: max(opts.IdleInTransactionTimeout, 0), Statement: replayStatementTimeout}
 	report := ReplayReport{PaymentKey: paymentKey, Replayed: map[string]int{}}
 	skip := map[int64]bool{}

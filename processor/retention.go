@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -83,25 +84,23 @@ func NewRetentionMetrics(reg prometheus.Registerer) (*RetentionMetrics, error) {
 	return m, nil
 }
 
-func (c *RetentionConfig) defaults() error {
-	if c.DeliveryRetention == 0 {
-		c.DeliveryRetention = DefaultDeliveryRetention
-	}
-	if c.DedupRetention == 0 {
-		c.DedupRetention = DefaultDedupRetention
-	}
-	if c.PartitionsAhead == 0 {
-		c.PartitionsAhead = defaultPartitionsAhead
-	}
-	if c.DedupBatch == 0 {
-		c.DedupBatch = defaultDedupBatch
-	}
+// withDefaults returns c with each field left at its zero value set to
+// the default its comment states.
+func (c RetentionConfig) withDefaults() RetentionConfig {
+	c.DeliveryRetention = cmp.Or(c.DeliveryRetention, DefaultDeliveryRetention)
+	c.DedupRetention = cmp.Or(c.DedupRetention, DefaultDedupRetention)
+	c.PartitionsAhead = cmp.Or(c.PartitionsAhead, defaultPartitionsAhead)
+	c.DedupBatch = cmp.Or(c.DedupBatch, defaultDedupBatch)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
+	return c
+}
+
+// validate reports the first field of c (defaults applied) whose value
+// cannot work, by name.
+func (c *RetentionConfig) validate() error {
 	switch {
 	case c.DeliveryRetention < 24*time.Hour:
 		return fmt.Errorf("retention config: DeliveryRetention %s is less than a day", c.DeliveryRetention)
@@ -158,7 +157,8 @@ const (
 // returned joins every step's. A run cut short is finished by the next.
 func Retention(ctx context.Context, pool *pgxpool.Pool, cfg RetentionConfig) (RetentionReport, error) {
 	var r RetentionReport
-	if err := cfg.defaults(); err != nil {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
 		return r, err
 	}
 	conn, err := pool.Acquire(ctx)

@@ -1,20 +1,32 @@
 package sink_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/paystream/paystream/internal/testenv"
 )
 
+// TestMain runs the tests, stops the private clusters and removes the
+// built binary, then fails the package when a goroutine outlives its tests
+// (a relay, session or Kafka client a test left running).
 func TestMain(m *testing.M) {
 	code := testenv.Wrap(m).Run()
 	stopClusters()
 	if built.dir != "" {
 		_ = os.RemoveAll(built.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: goroutines outlived the tests:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
