@@ -1,0 +1,152 @@
+package testenv
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Process is a command a test runs as a subprocess, its stdout and stderr
+// kept together in Output.
+type Process struct {
+	Name   string
+	Cmd    *exec.Cmd
+	Output *SyncBuffer
+
+	done chan struct{} // closed once the process exited
+	err  error         // Cmd.Wait's result, set before done closes
+}
+
+// StartProcess starts cmd, its stdout and stderr written to the returned
+// Process's Output, killed (SIGKILL) if the test binary dies first. When the
+// test ends, a process still running gets SIGTERM and, grace later, SIGKILL
+// (grace 0: SIGKILL at once); if the test failed its output is logged,
+// under name.
+func StartProcess(t testing.TB, name string, cmd *exec.Cmd, grace time.Duration) *Process {
+	t.Helper()
+	p := &Process{Name: name, Cmd: cmd, Output: &SyncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.Output, p.Output
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("testenv: start %s: %v", name, err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		if p.Exited() == nil {
+			if grace > 0 {
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			}
+			select {
+			case <-p.done:
+			case <-time.After(grace):
+				_ = cmd.Process.Kill()
+				<-p.done
+			}
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", name, p.Output.String())
+		}
+	})
+	return p
+}
+
+// Done is closed once the process exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Err is Cmd.Wait's result once [Process.Done] is closed.
+func (p *Process) Err() error {
+	<-p.done
+	return p.err
+}
+
+// Exited returns nil while the process runs and, once it exited, an error
+// saying so with its exit status: for wait loops that must stop when the
+// process they wait on died.
+func (p *Process) Exited() error {
+	select {
+	case <-p.done:
+		return fmt.Errorf("%s exited (%v)", p.Name, p.err)
+	default:
+		return nil
+	}
+}
+
+// Terminate sends SIGTERM and waits at most deadline for the exit. It fails
+// the test unless the process exited with status 0 within it, with no data
+// race and no panic in its output, and returns how long the exit took.
+func (p *Process) Terminate(t testing.TB, deadline time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := p.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("%s: SIGTERM: %v", p.Name, err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(deadline):
+		t.Fatalf("%s still running %s after SIGTERM", p.Name, deadline)
+	}
+	took := time.Since(start)
+	if p.err != nil {
+		t.Errorf("%s after SIGTERM: %v, want exit status 0", p.Name, p.err)
+	}
+	if out := p.Output.String(); strings.Contains(out, "DATA RACE") || strings.Contains(out, "panic:") {
+		t.Errorf("%s reported a data race or a panic", p.Name)
+	}
+	return took
+}
+
+// Environ is the test process's environment without its PAYSTREAM_*
+// settings (the stack's `env` exports some), plus extra ("KEY=value"): for
+// a paystream subprocess configured by its flags and extra alone.
+func Environ(extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PAYSTREAM_") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, extra...)
+}
+
+// FreeAddr returns a loopback address ("127.0.0.1:port") with a port
+// nothing listens on now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// SyncBuffer is a bytes.Buffer safe for a process's writes and the test's
+// reads at once.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
