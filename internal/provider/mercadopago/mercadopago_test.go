@@ -79,10 +79,7 @@ func harness() providertest.Harness {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	t.Parallel()
-	providertest.Run(t, harness())
-}
+func TestConformance(t *testing.T) { providertest.Conformance(t, harness()) }
 
 // TestKnownAnswer builds the manifest and HMAC with the standard library
 // alone, following Mercado Pago's documentation, including the trailing
@@ -134,25 +131,6 @@ func TestManifest(t *testing.T) {
 	}
 }
 
-func FuzzVerify(f *testing.F) {
-	providertest.AddSeeds(f, harness(), false)
-	d, err := New(provider.Config{Secrets: []string{oldSecret, newSecret}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	providertest.FuzzVerify(f, d, nil)
-}
+func FuzzVerify(f *testing.F) { harness().FuzzVerify(f, nil) }
 
-func FuzzParse(f *testing.F) {
-	providertest.AddSeeds(f, harness(), true)
-	d, err := New(provider.Config{Secrets: []string{oldSecret}})
-	if err != nil {
-		f.Fatal(err)
-	}
-	providertest.FuzzParse(f, d)
-}
-
-func TestSeedCorpus(t *testing.T) {
-	t.Parallel()
-	providertest.SeedCorpus(t, harness())
-}
+func FuzzParse(f *testing.F) { harness().FuzzParse(f) }

@@ -15,7 +15,7 @@ import (
 // UpdateCorpusEnv names the environment variable that makes SeedCorpus
 // rewrite the committed seed corpora instead of checking them:
 //
-//	PAYSTREAM_UPDATE_CORPUS=1 go test ./internal/provider/... -run SeedCorpus
+//	PAYSTREAM_UPDATE_CORPUS=1 go test ./internal/provider/... -run 'Conformance|SeedCorpus'
 const UpdateCorpusEnv = "PAYSTREAM_UPDATE_CORPUS"
 
 // Seed is one hostile request for the fuzz seed corpora.

@@ -1,7 +1,8 @@
 // Package providertest is the conformance suite every provider driver must
 // pass, plus the fuzz properties every driver's FuzzVerify and FuzzParse
 // targets share. A driver's _test.go describes itself with a Harness and
-// calls Run; its fuzz targets call FuzzVerify and FuzzParse.
+// calls Conformance (or Run); its fuzz targets call the Harness's
+// FuzzVerify and FuzzParse.
 package providertest
 
 import (

@@ -69,12 +69,4 @@ func harness() providertest.Harness {
 	}
 }
 
-func TestConformance(t *testing.T) {
-	t.Parallel()
-	providertest.Run(t, harness())
-}
-
-func TestSeedCorpus(t *testing.T) {
-	t.Parallel()
-	providertest.SeedCorpus(t, harness())
-}
+func TestConformance(t *testing.T) { providertest.Conformance(t, harness()) }

@@ -1,0 +1,57 @@
+package providertest
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/paystream/paystream/internal/provider"
+)
+
+// Conformance is a driver's TestConformance, run in parallel with the
+// package's other tests: Run, and SeedCorpus as the subtest "SeedCorpus".
+// A driver tested under several configurations calls Run for each and
+// SeedCorpus once instead.
+func Conformance(t *testing.T, h Harness) {
+	t.Helper()
+	t.Parallel()
+	Run(t, h)
+	t.Run("SeedCorpus", func(t *testing.T) {
+		t.Parallel()
+		SeedCorpus(t, h)
+	})
+}
+
+// FuzzVerify is a driver's FuzzVerify target: h's fixtures signed with
+// OldSecret as seeds, a driver configured (h.Config) with OldSecret and
+// NewSecret, and the properties of the package's FuzzVerify. signedBy,
+// when not nil, is the oracle, written independently of the driver: it
+// reports whether r carries a valid signature (or token) made with
+// secret, and every accepted request must be signed by one of the two.
+func (h Harness) FuzzVerify(f *testing.F, signedBy func(r *provider.Request, secret string) bool) {
+	AddSeeds(f, h, false)
+	d := h.driver(f, h.OldSecret, h.NewSecret)
+	var genuine func(*provider.Request) bool
+	if signedBy != nil {
+		genuine = func(r *provider.Request) bool { return signedBy(r, h.OldSecret) || signedBy(r, h.NewSecret) }
+	}
+	FuzzVerify(f, d, genuine)
+}
+
+// FuzzParse is a driver's FuzzParse target: h's fixtures as seeds, a
+// driver configured (h.Config) with OldSecret, and the properties of the
+// package's FuzzParse.
+func (h Harness) FuzzParse(f *testing.F) {
+	AddSeeds(f, h, true)
+	FuzzParse(f, h.driver(f, h.OldSecret))
+}
+
+// SignHeader is a Harness.Sign for schemes that put one value, computed
+// from the secret and the body alone, in one header.
+func SignHeader(header string, sign func(secret string, body []byte) string) func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
+	return func(_ testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
+		r := &provider.Request{Header: http.Header{}, Body: body, Now: ts}
+		r.Header.Set(header, sign(secret, body))
+		return r
+	}
+}
