@@ -76,10 +76,6 @@ func Serve(ln net.Listener, token string) (*Gateway, error) {
 	return g, nil
 }
 
-// Close stops the gateway, dropping the connections it serves. New and
-// NewWithToken's gateways are closed when their test ends.
-func (g *Gateway) Close() { g.close() }
-
 func newGateway(t testing.TB, token string) *Gateway {
 	return &Gateway{server: newServer(t, paymentID), token: token}
 }
@@ -101,15 +97,8 @@ func (g *Gateway) handler() http.Handler {
 	})
 }
 
-// URL is the gateway's base URL (http://127.0.0.1:port, no trailing
-// slash): the api_base_url of a source under test.
-func (g *Gateway) URL() string { return g.srv.URL }
-
 // Token is the API token the gateway expects as a Bearer token.
 func (g *Gateway) Token() string { return g.token }
-
-// Client returns an HTTP client for the gateway (the httptest server's).
-func (g *Gateway) Client() *http.Client { return g.srv.Client() }
 
 // SetPayment sets (or replaces) what the gateway answers for payment id, at
 // both /v1/payments/{id} and /payments/{id}. body is sent verbatim when it
@@ -126,25 +115,6 @@ func (g *Gateway) SetPayment(id string, body any) {
 
 // DeletePayment makes the gateway answer 404 for payment id.
 func (g *Gateway) DeletePayment(id string) { g.remove(id) }
-
-// FailNext makes the next n requests, whatever their path or token, fail
-// with HTTP status (for example 500, 503 or 429; 503 and 429 carry
-// "Retry-After: 1"). Status 0 drops the connection without an answer, as a
-// crashed gateway or a reset does. It replaces any failures still pending;
-// n <= 0 cancels them.
-func (g *Gateway) FailNext(n int, status int) { g.failNext(n, status) }
-
-// Delay makes every answer (including failures) wait d before it is
-// written; zero removes the delay. A request whose client gives up first
-// (timeout, canceled context) gets no answer.
-func (g *Gateway) Delay(d time.Duration) { g.setDelay(d) }
-
-// Requests counts the requests the gateway received, whatever their answer.
-func (g *Gateway) Requests() int { return g.requestCount() }
-
-// RequestsFor counts the requests for payment id, on either path, whatever
-// their answer.
-func (g *Gateway) RequestsFor(id string) int { return g.requestsFor(id) }
 
 func (g *Gateway) payment(w http.ResponseWriter, r *http.Request) {
 	body, ok := g.body(r.PathValue("id"))

@@ -14,7 +14,7 @@ import (
 // server is what every fake gateway API shares: the HTTP server, the
 // bodies a test set (by resource id), the faults a test injects (FailNext,
 // Delay) and the request counts. A fake embeds it and adds its routes and
-// authentication; its exported methods delegate here.
+// authentication; the methods it exports are the fakes' own.
 type server struct {
 	t         testing.TB // nil when started outside a test
 	srv       *httptest.Server
@@ -56,9 +56,10 @@ func (s *server) start(ln net.Listener, h http.Handler) {
 	s.srv.Start()
 }
 
-// close stops the server once, dropping its connections and ending the
-// delays of requests in flight.
-func (s *server) close() {
+// Close stops the API once, dropping the connections it serves and ending
+// the delays of requests in flight. The fakes built for a test (New,
+// NewZoop…) are closed when their test ends.
+func (s *server) Close() {
 	s.closeOnce.Do(func() {
 		// Connections first: a request waiting out a Delay then sees its
 		// context end and the client a dropped connection, never an empty
@@ -118,29 +119,47 @@ func (s *server) body(id string) ([]byte, bool) {
 	return b, ok
 }
 
-func (s *server) failNext(n int, status int) {
+// FailNext makes the next n requests, whatever their path or credential,
+// fail with HTTP status (for example 500, 503 or 429; 503 and 429 carry
+// "Retry-After: 1"). Status 0 drops the connection without an answer, as a
+// crashed gateway or a reset does. It replaces any failures still pending;
+// n <= 0 cancels them.
+func (s *server) FailNext(n int, status int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failLeft, s.failStatus = max(n, 0), status
 }
 
-func (s *server) setDelay(d time.Duration) {
+// Delay makes every answer (failures included) wait d before it is
+// written; zero removes the delay. A request whose client gives up first
+// (timeout, canceled context) gets no answer.
+func (s *server) Delay(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.delay = d
 }
 
-func (s *server) requestCount() int {
+// Requests counts the requests the API received, whatever their answer.
+func (s *server) Requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requests
 }
 
-func (s *server) requestsFor(id string) int {
+// RequestsFor counts the requests for resource id (a payment, a
+// transaction), on any of its paths, whatever their answer.
+func (s *server) RequestsFor(id string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.perID[id]
 }
+
+// URL is the API's base URL (http://127.0.0.1:port, no trailing slash):
+// the api_base_url of a source under test.
+func (s *server) URL() string { return s.srv.URL }
+
+// Client returns an HTTP client for the API (the httptest server's).
+func (s *server) Client() *http.Client { return s.srv.Client() }
 
 // front counts every request, then applies the delay and the failures
 // before next (the fake's authentication and routes) sees the request.

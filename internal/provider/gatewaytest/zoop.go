@@ -103,22 +103,11 @@ func (z *Zoop) handler() http.Handler {
 	})
 }
 
-// Close stops the API, dropping the connections it serves. NewZoop's and
-// NewZoopWith's are closed when their test ends.
-func (z *Zoop) Close() { z.close() }
-
-// URL is the API's base URL (http://127.0.0.1:port, no trailing slash): the
-// api_base_url of a zoop source under test.
-func (z *Zoop) URL() string { return z.srv.URL }
-
 // APIKey is the key the API expects as the basic-auth user.
 func (z *Zoop) APIKey() string { return z.apiKey }
 
 // MarketplaceID is the marketplace the API serves.
 func (z *Zoop) MarketplaceID() string { return z.marketplace }
-
-// Client returns an HTTP client for the API (the httptest server's).
-func (z *Zoop) Client() *http.Client { return z.srv.Client() }
 
 // SetTransaction sets (or replaces) what the API answers for transaction
 // id. body is sent verbatim when it is a []byte, string or json.RawMessage,
@@ -134,21 +123,6 @@ func (z *Zoop) SetTransaction(id string, body any) {
 
 // DeleteTransaction makes the API answer 404 for transaction id.
 func (z *Zoop) DeleteTransaction(id string) { z.remove(id) }
-
-// FailNext makes the next n requests fail with HTTP status, as
-// Gateway.FailNext does (0 drops the connection; 503 and 429 carry
-// Retry-After).
-func (z *Zoop) FailNext(n int, status int) { z.failNext(n, status) }
-
-// Delay makes every answer (failures included) wait d; zero removes it.
-func (z *Zoop) Delay(d time.Duration) { z.setDelay(d) }
-
-// Requests counts the requests the API received, whatever their answer.
-func (z *Zoop) Requests() int { return z.requestCount() }
-
-// RequestsFor counts the requests for transaction id (of any marketplace),
-// whatever their answer.
-func (z *Zoop) RequestsFor(id string) int { return z.requestsFor(id) }
 
 func (z *Zoop) transaction(w http.ResponseWriter, r *http.Request) {
 	body, ok := z.body(r.PathValue("id"))
