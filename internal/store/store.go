@@ -4,6 +4,9 @@
 // inspect queries.
 // A reader finds every statement that touches a table here; the processor
 // keeps the logic (deciding, fencing, retries) and calls this package.
+// Every write of payments goes through a batch transaction (BatchTx,
+// batchtx.go): BeginBatch locks and reads (Reads, reads.go), Write writes
+// what the caller decided (Writes, writes.go), each in one round trip.
 // The sink keeps its replication statements (the wal_level check, the
 // publication, the slot and its lag), which touch no table of the schema.
 //
