@@ -27,15 +27,6 @@ func refetchDriver(t testing.TB) *Driver {
 	return d.(*Driver)
 }
 
-func TestAlwaysRefetch(t *testing.T) {
-	t.Parallel()
-	var drv provider.Driver = refetchDriver(t)
-	a, ok := drv.(interface{ AlwaysRefetch() bool })
-	if !ok || !a.AlwaysRefetch() {
-		t.Fatal("the Mercado Pago driver must report AlwaysRefetch")
-	}
-}
-
 // mp builds a compact Mercado Pago payment resource; fields override the
 // defaults of an approved BRL 100.00 card payment.
 func mp(fields string) string {
@@ -193,8 +184,9 @@ func refetchCases(t testing.TB) []providertest.RefetchCase {
 // refetchSuite describes the driver to the refetch conformance suite.
 func refetchSuite(t testing.TB) providertest.RefetchSuite {
 	return providertest.RefetchSuite{
-		Driver: refetchDriver(t),
-		Cases:  refetchCases(t),
+		Driver:        refetchDriver(t),
+		AlwaysRefetch: true,
+		Cases:         refetchCases(t),
 		IDOf: func(body []byte) string {
 			var head struct {
 				ID json.RawMessage `json:"id"`

@@ -104,6 +104,22 @@ func (h Harness) body() []byte {
 	return []byte(`{}`)
 }
 
+// signed is fx's request as the gateway sends it: fx.Body signed with
+// OldSecret at Now, with fx's query and headers added.
+func (h Harness) signed(t testing.TB, fx Fixture) *provider.Request {
+	r := h.Sign(t, h.OldSecret, fx.Body, Now)
+	for k, v := range fx.Query {
+		if r.Query == nil {
+			r.Query = url.Values{}
+		}
+		r.Query[k] = v
+	}
+	for k, v := range fx.Header {
+		r.Header[k] = v
+	}
+	return r
+}
+
 func wantReason(t *testing.T, err error, reasons ...string) {
 	t.Helper()
 	var ve *provider.VerifyError
@@ -227,16 +243,7 @@ func Run(t *testing.T, h Harness) {
 		d := h.driver(t, h.OldSecret)
 		for _, fx := range h.Fixtures {
 			t.Run(fx.Name, func(t *testing.T) {
-				r := h.Sign(t, h.OldSecret, fx.Body, Now)
-				for k, v := range fx.Query {
-					if r.Query == nil {
-						r.Query = url.Values{}
-					}
-					r.Query[k] = v
-				}
-				for k, v := range fx.Header {
-					r.Header[k] = v
-				}
+				r := h.signed(t, fx)
 				ev, err := d.Parse(r)
 				switch {
 				case fx.Irrelevant:
@@ -287,16 +294,7 @@ func Run(t *testing.T, h Harness) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := h.Sign(t, h.OldSecret, fx.Body, Now)
-		for k, v := range fx.Query {
-			if r.Query == nil {
-				r.Query = url.Values{}
-			}
-			r.Query[k] = v
-		}
-		for k, v := range fx.Header {
-			r.Header[k] = v
-		}
+		r := h.signed(t, *fx)
 		ev, err := d.Parse(r)
 		if err != nil {
 			t.Fatal(err)
@@ -354,16 +352,7 @@ func Encode(r *provider.Request) string {
 // body) form of FuzzParse, depending on parse.
 func AddSeeds(f *testing.F, h Harness, parse bool) {
 	for _, fx := range h.Fixtures {
-		r := h.Sign(f, h.OldSecret, fx.Body, Now)
-		if r.Query == nil {
-			r.Query = url.Values{}
-		}
-		for k, v := range fx.Query {
-			r.Query[k] = v
-		}
-		for k, v := range fx.Header {
-			r.Header[k] = v
-		}
+		r := h.signed(f, fx)
 		if parse {
 			f.Add(Encode(r), fx.Body)
 		} else {
@@ -452,19 +441,7 @@ func unsignedHeadersKeepDedupKey(t *testing.T, h Harness) {
 		if fx.Want == nil {
 			continue
 		}
-		request := func() *provider.Request {
-			r := h.Sign(t, h.OldSecret, fx.Body, Now)
-			for k, v := range fx.Query {
-				if r.Query == nil {
-					r.Query = url.Values{}
-				}
-				r.Query[k] = v
-			}
-			for k, v := range fx.Header {
-				r.Header[k] = v
-			}
-			return r
-		}
+		request := func() *provider.Request { return h.signed(t, fx) }
 		r := request()
 		if d.Verify(r) != nil {
 			continue // the fixture's own headers replace signed ones: nothing to compare against

@@ -42,6 +42,11 @@ type RefetchSuite struct {
 	OtherIDs func(id string) []string
 	// Request describes RefetchRequest's checks.
 	Request RefetchRequestCase
+	// AlwaysRefetch is true for a driver that must refetch every event
+	// whatever the source's refetch setting (its webhooks are unsigned or
+	// thin): it reports so with an AlwaysRefetch method, which the sources
+	// loader looks for.
+	AlwaysRefetch bool
 }
 
 // RefetchRequestCase describes a driver's RefetchRequest to the suite.
@@ -57,10 +62,16 @@ type RefetchRequestCase struct {
 	BadIDs, BadTokens []string
 }
 
-// Run runs the suite: RefetchRequest, ParseRefetch on every case
+// Run runs the suite: AlwaysRefetch, RefetchRequest, ParseRefetch on every case
 // (facts that converge in any order), and ParseRefetchFor when the driver
 // is a RefetchChecker.
 func (s RefetchSuite) Run(t *testing.T) {
+	t.Run("AlwaysRefetch", func(t *testing.T) {
+		a, ok := s.Driver.(interface{ AlwaysRefetch() bool })
+		if got := ok && a.AlwaysRefetch(); got != s.AlwaysRefetch {
+			t.Fatalf("AlwaysRefetch = %v, want %v", got, s.AlwaysRefetch)
+		}
+	})
 	t.Run("RefetchRequest", s.testRequest)
 	t.Run("ParseRefetch", s.testParse)
 	if _, ok := s.Driver.(provider.RefetchChecker); ok && s.IDOf != nil {
