@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -19,6 +20,9 @@ type Process struct {
 	Name   string
 	Cmd    *exec.Cmd
 	Output *SyncBuffer
+	// LogTail, when above 0, limits the output logged for a failed test
+	// to its last LogTail bytes (for a chatty process). Defaults to 0: all.
+	LogTail int
 
 	done chan struct{} // closed once the process exited
 	err  error         // Cmd.Wait's result, set before done closes
@@ -54,7 +58,11 @@ func StartProcess(t testing.TB, name string, cmd *exec.Cmd, grace time.Duration)
 			}
 		}
 		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.Output.String())
+			out := p.Output.String()
+			if p.LogTail > 0 && len(out) > p.LogTail {
+				out = "…" + out[len(out)-p.LogTail:]
+			}
+			t.Logf("%s output:\n%s", name, out)
 		}
 	})
 	return p
@@ -79,6 +87,27 @@ func (p *Process) Exited() error {
 	default:
 		return nil
 	}
+}
+
+// WaitHTTP waits until GET url answers 200 (a readiness probe), failing
+// the test if the process exits first or timeout passes.
+func (p *Process) WaitHTTP(t testing.TB, url string, timeout time.Duration) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second}
+	WaitFor(t, timeout, func() error {
+		if err := p.Exited(); err != nil {
+			t.Fatalf("testenv: %v before GET %s answered 200", err, url)
+		}
+		resp, err := client.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	})
 }
 
 // Terminate sends SIGTERM and waits at most deadline for the exit. It fails

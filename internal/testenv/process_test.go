@@ -2,6 +2,8 @@ package testenv
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"strings"
 	"testing"
@@ -32,6 +34,20 @@ func TestProcess(t *testing.T) {
 		}
 		if out := p.Output.String(); out != "hi\nbye\n" {
 			t.Errorf("output %q", out)
+		}
+	})
+	t.Run("WaitHTTPStopsAtTheExit", func(t *testing.T) {
+		t.Parallel()
+		p := StartProcess(t, "false", exec.Command("false"), 0)
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+		defer srv.Close()
+		start := time.Now()
+		fatals, _ := runFake(t, func(tb testing.TB) { p.WaitHTTP(tb, srv.URL, time.Minute) })
+		if len(fatals) != 1 || !strings.Contains(fatals[0], "false exited") {
+			t.Errorf("fatals = %q, want one saying the process exited", fatals)
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("WaitHTTP gave up after %s, not at the exit", took)
 		}
 	})
 	t.Run("ExitedReportsAFailedExit", func(t *testing.T) {
