@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/paystream/paystream/internal/cmdline/cmdlinetest"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
@@ -37,28 +34,8 @@ type result struct {
 // PAYSTREAM_ setting except those in env ("NAME=value").
 func lab(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, envRunMain+"=1"), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ctx.Err() == nil:
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("paystream-lab %s: %v\nstderr: %s", strings.Join(args, " "), err, r.stderr)
-	}
-	return r
+	r := cmdlinetest.Run(t, envRunMain, 2*time.Minute, env, args...)
+	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
 }
 
 // TestKafkaSettingsValidated: simulate checks the Kafka TLS and SASL

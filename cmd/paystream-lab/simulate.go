@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paystream/paystream/internal/cmdline"
 	"github.com/paystream/paystream/internal/lab/loadgen"
 	"github.com/paystream/paystream/internal/lab/simulate"
 )
@@ -208,7 +209,7 @@ func (c *simulateCmd) run(ctx context.Context, log *slog.Logger, stdout, stderr 
 		return fmt.Errorf("print report: %w", err)
 	}
 	if out.OK != nil && !*out.OK {
-		return exitError{code: exitDrift, err: fmt.Errorf("simulate: invariants violated: %s", strings.Join(out.Verify.Failed(), ", "))}
+		return cmdline.ExitError{Code: exitDrift, Err: fmt.Errorf("simulate: invariants violated: %s", strings.Join(out.Verify.Failed(), ", "))}
 	}
 	return nil
 }

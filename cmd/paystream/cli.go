@@ -2,33 +2,27 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/alecthomas/kong"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/paystream/paystream/internal/cmdline"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/paystream/paystream/internal/kafkaconn"
 )
 
 // cli is the whole command line. Every flag can also be set through the
 // PAYSTREAM_* environment variable named in its help.
 type cli struct {
-	LogLevel  string `help:"Log level: debug, info, warn, error." default:"info" env:"PAYSTREAM_LOG_LEVEL" enum:"debug,info,warn,error"`
-	LogFormat string `help:"Log format: text or json." default:"text" env:"PAYSTREAM_LOG_FORMAT" enum:"text,json"`
+	cmdline.Logging
 
 	Ingest    ingestCmd    `cmd:"" help:"Receive webhooks over HTTP, verify them and produce them to the raw topic."`
 	Processor processorCmd `cmd:"" help:"Consume the raw topic and apply each event exactly once in Postgres."`
@@ -55,48 +49,25 @@ type kafkaFlags struct {
 }
 
 // kafkaSecurityFlags say how to connect to the brokers: TLS and SASL
-// (internal/kafkaconn). Commands whose brokers flag reads differently
-// (migrate, dev) embed them next to their own.
-type kafkaSecurityFlags struct {
-	KafkaTLS                bool   `name:"kafka-tls" help:"Connect to the brokers with TLS, checking their certificates against the system's roots or a CA file (on when any other TLS flag is set)." env:"PAYSTREAM_KAFKA_TLS"`
-	KafkaTLSCAFile          string `name:"kafka-tls-ca-file" help:"PEM file of the CA the brokers' certificates chain to (default: the system's roots)." env:"PAYSTREAM_KAFKA_TLS_CA_FILE" placeholder:"FILE"`
-	KafkaTLSCertFile        string `name:"kafka-tls-cert-file" help:"PEM client certificate, for brokers that authenticate clients by certificate (mutual TLS); read again at each connection." env:"PAYSTREAM_KAFKA_TLS_CERT_FILE" placeholder:"FILE"`
-	KafkaTLSKeyFile         string `name:"kafka-tls-key-file" help:"PEM private key of the client certificate." env:"PAYSTREAM_KAFKA_TLS_KEY_FILE" placeholder:"FILE"`
-	KafkaTLSServerName      string `name:"kafka-tls-server-name" help:"Name the brokers' certificates must carry (default: the host dialed)." env:"PAYSTREAM_KAFKA_TLS_SERVER_NAME" placeholder:"NAME"`
-	KafkaSASLMechanism      string `name:"kafka-sasl-mechanism" help:"SASL mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (with AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN from the environment). Empty: no SASL." env:"PAYSTREAM_KAFKA_SASL_MECHANISM" placeholder:"MECHANISM"`
-	KafkaSASLUsername       string `name:"kafka-sasl-username" help:"SASL user (PLAIN, SCRAM)." env:"PAYSTREAM_KAFKA_SASL_USERNAME" placeholder:"USER"`
-	KafkaSASLPassword       string `name:"kafka-sasl-password" help:"SASL password (PLAIN, SCRAM). Prefer a password file (--kafka-sasl-password-file); if you must, set this through the environment, never on the command line (ps shows it)." env:"PAYSTREAM_KAFKA_SASL_PASSWORD" placeholder:"PASSWORD"`
-	KafkaSASLPasswordFile   string `name:"kafka-sasl-password-file" help:"File holding the SASL password (PLAIN, SCRAM), read at each authentication." env:"PAYSTREAM_KAFKA_SASL_PASSWORD_FILE" placeholder:"FILE"`
-	KafkaSASLOAuthTokenFile string `name:"kafka-sasl-oauth-token-file" help:"File holding the OAUTHBEARER token, read at each authentication: keep it fresh (a sidecar, a projected token)." env:"PAYSTREAM_KAFKA_SASL_OAUTH_TOKEN_FILE" placeholder:"FILE"`
-}
-
-// config is the connection to brokers as the flags say.
-func (s kafkaSecurityFlags) config(brokers []string) kafkaconn.Config {
-	return kafkaconn.Config{
-		Brokers: brokers, TLS: s.KafkaTLS, TLSCAFile: s.KafkaTLSCAFile,
-		TLSCertFile: s.KafkaTLSCertFile, TLSKeyFile: s.KafkaTLSKeyFile, TLSServerName: s.KafkaTLSServerName,
-		SASLMechanism: s.KafkaSASLMechanism, SASLUsername: s.KafkaSASLUsername, SASLPassword: s.KafkaSASLPassword,
-		SASLPasswordFile: s.KafkaSASLPasswordFile, SASLOAuthTokenFile: s.KafkaSASLOAuthTokenFile,
-	}
-}
+// (internal/kafkaconn, flags shared with paystream-lab). Commands whose
+// brokers flag reads differently (migrate, dev) embed them next to their
+// own.
+type kafkaSecurityFlags struct{ cmdline.KafkaSecurity }
 
 // set reports whether any TLS or SASL flag is set.
 func (s kafkaSecurityFlags) set() bool { return s != kafkaSecurityFlags{} }
 
-// opts validates the connection to brokers the flags describe and returns
-// the franz-go options every Kafka client of the command gets: the seed
-// brokers, TLS and SASL. What is allowed but unsafe (PLAIN without TLS) is
-// logged as a warning.
+// opts validates the connection to brokers and returns the franz-go
+// options of every Kafka client of the command (cmdline.KafkaSecurity.Opts).
 func (s kafkaSecurityFlags) opts(log *slog.Logger, brokers []string) ([]kgo.Opt, error) {
-	cfg := s.config(brokers)
-	opts, err := cfg.Opts()
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range cfg.Warnings() {
-		log.Warn(w)
-	}
-	return opts, nil
+	return s.Opts(log, brokers)
+}
+
+// checkKafka connects to brokers once before the command's work
+// (cmdline.KafkaSecurity.Check): bad settings end the command, brokers
+// not reachable only warn.
+func (s kafkaSecurityFlags) checkKafka(ctx context.Context, log *slog.Logger, brokers []string) error {
+	return s.Check(ctx, log, brokers)
 }
 
 // kafka returns the seed brokers and the validated franz-go options that
@@ -113,34 +84,7 @@ func (k kafkaFlags) kafka(log *slog.Logger) ([]string, []kgo.Opt, error) {
 	return brokers, opts, nil
 }
 
-func (k kafkaFlags) brokers() ([]string, error) {
-	var out []string
-	for _, b := range k.KafkaBrokers {
-		if b = strings.TrimSpace(b); b != "" {
-			out = append(out, b)
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New("no Kafka brokers: set --kafka-brokers or PAYSTREAM_KAFKA_BROKERS")
-	}
-	return out, nil
-}
-
-// checkKafka connects to brokers once, as every command that talks to
-// Kafka does before its work: a wrong password, token, certificate or TLS
-// setting ends the command with one line naming the flag to fix, before it
-// serves or changes anything (franz-go would otherwise retry it, or report
-// it deep in another error). Brokers that cannot be reached at all only
-// get a warning: the command goes on as it always has (ingest answers 503
-// until they are back).
-func (s kafkaSecurityFlags) checkKafka(ctx context.Context, log *slog.Logger, brokers []string) error {
-	err := s.config(brokers).Check(ctx)
-	if errors.Is(err, kafkaconn.ErrUnreachable) {
-		log.Warn("kafka not reachable yet; going on", "error", err)
-		return nil
-	}
-	return err
-}
+func (k kafkaFlags) brokers() ([]string, error) { return cmdline.Brokers(k.KafkaBrokers) }
 
 // connect opens what a command working on Kafka and Postgres needs: the
 // Kafka settings (brokers and client options, checked with one connection,
@@ -174,12 +118,7 @@ func (d dbFlags) pool(ctx context.Context) (*pgxpool.Pool, error) {
 }
 
 // required fails when no database is configured.
-func (d dbFlags) required() error {
-	if d.DatabaseURL == "" {
-		return errors.New("no database: set --database-url or PAYSTREAM_DATABASE_URL")
-	}
-	return nil
-}
+func (d dbFlags) required() error { return cmdline.RequireDatabase(d.DatabaseURL) }
 
 // sizedPool is pool with at most maxConns connections, unless the URL sets
 // pool_max_conns itself (maxConns 0: pgx's default).
@@ -200,27 +139,7 @@ func (d dbFlags) sizedPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, 
 var applicationName = "paystream"
 
 func openPool(ctx context.Context, url string, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, fmt.Errorf("parse database URL: %w", err) // pgx redacts the password
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
-	}
-	for _, opt := range opts {
-		opt(cfg)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to postgres: %w", err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := pool.Ping(pctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connect to postgres at %s:%d: %w", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
-	}
-	return pool, nil
+	return cmdline.OpenPool(ctx, url, applicationName, opts...)
 }
 
 // metricsFlags serve /metrics for the commands without an HTTP server.
@@ -288,56 +207,19 @@ func serveMetricsOn(ctx context.Context, e *env, ln net.Listener, ready func(con
 	e.log.Info("metrics listening", "addr", ln.Addr().String())
 }
 
-// isTerminal reports whether f is a character device (a terminal).
-func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
-func newLogger(level, format string) *slog.Logger {
-	var lv slog.Level
-	_ = lv.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: lv}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
-}
+var isTerminal = cmdline.IsTerminal
 
 func run(args []string) int {
 	var c cli
-	parser, err := kong.New(&c,
-		kong.Name("paystream"),
+	return cmdline.Run(args, "paystream", &c, func(kctx *kong.Context) any {
+		if cmd, _, _ := strings.Cut(kctx.Command(), " "); cmd != "" {
+			applicationName = "paystream " + cmd
+		}
+		return &env{log: c.Logger(), reg: newRegistry()}
+	},
 		kong.Description("paystream turns payment-gateway webhooks — delivered at least once, out of order, "+
 			"sometimes forged — into exactly-once payment effects: one transition, one ledger posting and one "+
 			"normalized event per real change.\n\nQuick start: `paystream dev --sources deploy/sources.example.yaml`."),
-		kong.UsageOnError(),
 		kong.Vars(topicVars),
-		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 	)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "paystream:", err)
-		return 2
-	}
-	kctx, err := parser.Parse(args)
-	if err != nil {
-		parser.Errorf("%s", err)
-		return 2
-	}
-	if cmd, _, _ := strings.Cut(kctx.Command(), " "); cmd != "" {
-		applicationName = "paystream " + cmd
-	}
-	e := &env{log: newLogger(c.LogLevel, c.LogFormat), reg: newRegistry()}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	kctx.BindTo(ctx, (*context.Context)(nil))
-	if err := kctx.Run(e); err != nil {
-		fmt.Fprintln(os.Stderr, "paystream:", err)
-		var coded interface{ ExitCode() int }
-		if errors.As(err, &coded) {
-			return coded.ExitCode()
-		}
-		return 1
-	}
-	return 0
 }

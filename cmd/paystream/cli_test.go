@@ -1,18 +1,16 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/paystream/paystream/internal/cmdline/cmdlinetest"
 )
 
 // envRunMain makes the test binary act as paystream: run(args) in a child
@@ -36,28 +34,8 @@ type result struct {
 // PAYSTREAM_ setting except those in env ("NAME=value").
 func paystream(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, envRunMain+"=1"), env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	r := result{stdout: stdout.String(), stderr: stderr.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee) && ctx.Err() == nil:
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("paystream %s: %v\nstderr: %s", strings.Join(args, " "), err, r.stderr)
-	}
-	return r
+	r := cmdlinetest.Run(t, envRunMain, 30*time.Second, env, args...)
+	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
 }
 
 // commands returns the subcommands `paystream --help` lists, e.g. "ingest",

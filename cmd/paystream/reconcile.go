@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/paystream/paystream/internal/cmdline"
 	"github.com/paystream/paystream/internal/reconcile"
 	"github.com/paystream/paystream/internal/source"
 )
@@ -98,7 +99,7 @@ func (c *reconcileCmd) Run(ctx context.Context, e *env) error {
 		return fmt.Errorf("print report: %w", err)
 	}
 	if report.Drift() {
-		return exitError{code: exitDrift, err: errors.New("reconcile found drift")}
+		return cmdline.ExitError{Code: exitDrift, Err: errors.New("reconcile found drift")}
 	}
 	return nil
 }
@@ -172,15 +173,3 @@ func formatBalances(b map[string]int64) string {
 	}
 	return strings.Join(parts, " ")
 }
-
-// exitError is an error that asks run for a specific exit status.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e exitError) Error() string { return e.err.Error() }
-func (e exitError) Unwrap() error { return e.err }
-
-// ExitCode is the process's exit status.
-func (e exitError) ExitCode() int { return e.code }
