@@ -137,17 +137,9 @@ func LoadPaymentSummary(ctx context.Context, db DB, paymentKey string) (PaymentS
 // LoadTransitions reads a payment's transitions in version order (one per
 // real change: a handful per payment).
 func LoadTransitions(ctx context.Context, db DB, paymentKey string) ([]Transition, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[Transition], "load transitions", `
 		SELECT version, from_status, to_status, kind, amount_minor, currency, COALESCE(refund_id, ''), created_at
 		  FROM payment_transitions WHERE payment_key = $1 ORDER BY version`, paymentKey)
-	if err != nil {
-		return nil, fmt.Errorf("load transitions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Transition])
-	if err != nil {
-		return nil, fmt.Errorf("load transitions: %w", err)
-	}
-	return out, nil
 }
 
 // Movement is one ledger movement: amount moved from the credit account to
@@ -164,17 +156,9 @@ type Movement struct {
 // LoadMovements reads a payment's ledger movements in (version, movement)
 // order.
 func LoadMovements(ctx context.Context, db DB, paymentKey string) ([]Movement, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[Movement], "load ledger movements", `
 		SELECT version, movement, debit_account, credit_account, amount_minor, currency
 		  FROM ledger_movements WHERE payment_key = $1 ORDER BY version, movement`, paymentKey)
-	if err != nil {
-		return nil, fmt.Errorf("load ledger movements: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Movement])
-	if err != nil {
-		return nil, fmt.Errorf("load ledger movements: %w", err)
-	}
-	return out, nil
 }
 
 // ConsoleDelivery is one delivery as the console lists it.
@@ -228,17 +212,9 @@ func scanConsoleDelivery(r pgx.CollectableRow) (ConsoleDelivery, error) {
 // above afterID, in arrival (id) order: a keyset page through the index
 // deliveries_payment. withBody also reads each kept body.
 func PaymentDeliveries(ctx context.Context, db DB, paymentKey string, afterID int64, limit int, withBody bool) ([]ConsoleDelivery, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanConsoleDelivery, "load deliveries", `
 		SELECT `+consoleDeliverySelect(withBody)+`
 		  FROM deliveries WHERE payment_key = $1 AND id > $2 ORDER BY id LIMIT $3`, paymentKey, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("load deliveries: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanConsoleDelivery)
-	if err != nil {
-		return nil, fmt.Errorf("load deliveries: %w", err)
-	}
-	return out, nil
 }
 
 // WaitCursor is a position in a list of waiting deliveries, oldest first:
@@ -258,20 +234,12 @@ func WaitingDeliveries(ctx context.Context, db DB, status, reason string, after 
 	if status != StatusDeferred && status != StatusQuarantined {
 		return nil, fmt.Errorf("waiting deliveries: status %q is neither %s nor %s", status, StatusDeferred, StatusQuarantined)
 	}
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanConsoleDelivery, "list "+status+" deliveries", `
 		SELECT `+consoleDeliverySelect(false)+`
 		  FROM deliveries
 		 WHERE status IN ('deferred', 'quarantined') AND status = $1 AND ($2 = '' OR reason = $2)
 		   AND (received_at, id) > ($3, $4)
 		 ORDER BY received_at, id LIMIT $5`, status, reason, after.ReceivedAt, after.ID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list %s deliveries: %w", status, err)
-	}
-	out, err := pgx.CollectRows(rows, scanConsoleDelivery)
-	if err != nil {
-		return nil, fmt.Errorf("list %s deliveries: %w", status, err)
-	}
-	return out, nil
 }
 
 // HeldCursor is a position in the list of held payments, oldest hold
@@ -294,21 +262,13 @@ type HeldRow struct {
 // hold (last update) first, each with its quarantined deliveries and those
 // deferred behind the hold (counted on the partial index).
 func HeldPayments(ctx context.Context, db DB, after HeldCursor, limit int) ([]HeldRow, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[HeldRow], "list held payments", `
 		SELECT p.payment_key, COALESCE(p.held_reason, ''), p.updated_at,
 		       (SELECT count(*) FROM deliveries d WHERE d.payment_key = p.payment_key AND d.status IN ('deferred', 'quarantined') AND d.status = 'quarantined'),
 		       (SELECT count(*) FROM deliveries d WHERE d.payment_key = p.payment_key AND d.status IN ('deferred', 'quarantined') AND d.status = 'deferred' AND d.reason = $1)
 		  FROM payments p
 		 WHERE p.held AND (p.updated_at, p.payment_key) > ($2, $3)
 		 ORDER BY p.updated_at, p.payment_key LIMIT $4`, ReasonPaymentHeld, after.Since, after.PaymentKey, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list held payments: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[HeldRow])
-	if err != nil {
-		return nil, fmt.Errorf("list held payments: %w", err)
-	}
-	return out, nil
 }
 
 // PartitionOffset is a consumer group's stored position in one partition
@@ -324,17 +284,9 @@ type PartitionOffset struct {
 
 // PartitionOffsets returns group's stored offsets in topic, by partition.
 func PartitionOffsets(ctx context.Context, db DB, group, topic string) ([]PartitionOffset, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[PartitionOffset], "read stored offsets", `
 		SELECT partition, next_offset, owner_epoch, updated_at FROM consumer_offsets
 		 WHERE group_id = $1 AND topic = $2 ORDER BY partition`, group, topic)
-	if err != nil {
-		return nil, fmt.Errorf("read stored offsets: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[PartitionOffset])
-	if err != nil {
-		return nil, fmt.Errorf("read stored offsets: %w", err)
-	}
-	return out, nil
 }
 
 // SlotStatus is a replication slot as pg_replication_slots shows it.

@@ -45,6 +45,13 @@ func (d *StoredDelivery) scanTargets() []any {
 		&d.eventID, &d.refundID, &d.amountMinor, &d.needsRefetch, &d.occurredAt, &d.receivedAt, &d.body, &d.record}
 }
 
+// scanStoredDelivery scans a row of deliveryColumns.
+func scanStoredDelivery(row pgx.CollectableRow) (StoredDelivery, error) {
+	var d StoredDelivery
+	err := row.Scan(d.scanTargets()...)
+	return d, err
+}
+
 // Envelope returns the raw envelope the delivery was consumed as: the
 // stored record value decoded, for rows that keep it (quarantined, and
 // migrated from the inbox), else rebuilt from the body and the normalized

@@ -92,15 +92,11 @@ type HeldPayment struct {
 
 // ListHeld lists held payments, oldest hold first.
 func ListHeld(ctx context.Context, db DB) ([]HeldPayment, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[HeldPayment], "list held payments", `
 		SELECT p.payment_key, COALESCE(p.held_reason, ''),
 		       (SELECT count(*) FROM deliveries d WHERE d.payment_key = p.payment_key AND d.status = 'quarantined'),
 		       (SELECT count(*) FROM deliveries d WHERE d.payment_key = p.payment_key AND d.status = 'deferred' AND d.reason = $1)
 		  FROM payments p WHERE p.held ORDER BY p.updated_at`, ReasonPaymentHeld)
-	if err != nil {
-		return nil, fmt.Errorf("list held payments: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[HeldPayment])
 }
 
 // Gauges are the counts the processor exports as gauges.

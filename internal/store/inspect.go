@@ -108,25 +108,15 @@ func InspectPayment(ctx context.Context, pool *pgxpool.Pool, paymentKey string) 
 		p.Ledger = []Posting{}
 	}
 
-	rows, err = pool.Query(ctx, `
-		SELECT version, from_status, to_status, kind, amount_minor, currency, COALESCE(refund_id, ''), created_at
-		  FROM payment_transitions WHERE payment_key = $1 ORDER BY version`, paymentKey)
-	if err != nil {
-		return nil, fmt.Errorf("load transitions: %w", err)
+	if p.Transitions, err = LoadTransitions(ctx, pool, paymentKey); err != nil {
+		return nil, err
 	}
-	if p.Transitions, err = pgx.CollectRows(rows, pgx.RowToStructByPos[Transition]); err != nil {
-		return nil, fmt.Errorf("load transitions: %w", err)
-	}
-
-	rows, err = pool.Query(ctx, `
+	p.Events, err = queryRows(ctx, pool, pgx.RowToStructByPos[InboxEvent], "load events", `
 		SELECT id, COALESCE(event_id, ''), dedup_key, event_type, status, COALESCE(reason, ''), occurred_at, received_at,
 		       topic || '/' || partition || '@' || kafka_offset
 		  FROM deliveries WHERE payment_key = $1 ORDER BY id`, paymentKey)
 	if err != nil {
-		return nil, fmt.Errorf("load events: %w", err)
-	}
-	if p.Events, err = pgx.CollectRows(rows, pgx.RowToStructByPos[InboxEvent]); err != nil {
-		return nil, fmt.Errorf("load events: %w", err)
+		return nil, err
 	}
 	return &p, nil
 }

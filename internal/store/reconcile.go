@@ -43,16 +43,8 @@ func scanPaymentRow(r pgx.CollectableRow) (PaymentRow, error) {
 // afterKey, in key order: a keyset page, so a scan of every payment holds
 // no snapshot and no lock for long.
 func PaymentsAfter(ctx context.Context, db DB, afterKey string, limit int) ([]PaymentRow, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanPaymentRow, "read payments", `
 		SELECT `+paymentRowColumns+` FROM payments WHERE payment_key > $1 ORDER BY payment_key LIMIT $2`, afterKey, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read payments: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanPaymentRow)
-	if err != nil {
-		return nil, fmt.Errorf("read payments: %w", err)
-	}
-	return out, nil
 }
 
 // LedgerBalances sums the ledger movements of keys into a balance per
@@ -133,7 +125,7 @@ type Waiting struct {
 // whose oldest waiting delivery was received before cutoff, oldest first.
 // A held payment without waiting deliveries counts from its last update.
 func WaitingSince(ctx context.Context, db DB, cutoff time.Time, limit int) ([]Waiting, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[Waiting], "list waiting payments", `
 		WITH w AS (
 			SELECT payment_key, count(*) AS n, array_agg(DISTINCT COALESCE(reason, status) ORDER BY COALESCE(reason, status)) AS reasons,
 			       min(received_at) AS since
@@ -145,14 +137,6 @@ func WaitingSince(ctx context.Context, db DB, cutoff time.Time, limit int) ([]Wa
 		  FROM w FULL JOIN (SELECT payment_key, held, held_reason, updated_at FROM payments WHERE held) p USING (payment_key)
 		 WHERE COALESCE(w.since, p.updated_at) < $1
 		 ORDER BY 6, 1 LIMIT $2`, cutoff, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list waiting payments: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Waiting])
-	if err != nil {
-		return nil, fmt.Errorf("list waiting payments: %w", err)
-	}
-	return out, nil
 }
 
 // TransitionRef names one transition: the state event it must have
@@ -167,32 +151,16 @@ type TransitionRef struct {
 // time order. No index leads with created_at: it reads the whole table,
 // once.
 func TransitionsBetween(ctx context.Context, db DB, from, to time.Time) ([]TransitionRef, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, pgx.RowToStructByPos[TransitionRef], "list transitions", `
 		SELECT payment_key, version, created_at FROM payment_transitions
 		 WHERE created_at >= $1 AND created_at < $2 ORDER BY created_at, payment_key, version`, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("list transitions: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[TransitionRef])
-	if err != nil {
-		return nil, fmt.Errorf("list transitions: %w", err)
-	}
-	return out, nil
 }
 
 // OpenPayments returns up to limit payments of sources, updated at or
 // after since, whose status is not one of final, oldest update first.
 func OpenPayments(ctx context.Context, db DB, sources, final []string, since time.Time, limit int) ([]PaymentRow, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanPaymentRow, "list open payments", `
 		SELECT `+paymentRowColumns+` FROM payments
 		 WHERE source = ANY($1) AND status <> ALL($2) AND updated_at >= $3 AND payment_id <> ''
 		 ORDER BY updated_at, payment_key LIMIT $4`, sources, final, since, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list open payments: %w", err)
-	}
-	out, err := pgx.CollectRows(rows, scanPaymentRow)
-	if err != nil {
-		return nil, fmt.Errorf("list open payments: %w", err)
-	}
-	return out, nil
 }

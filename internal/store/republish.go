@@ -37,7 +37,7 @@ type RecordedTransition struct {
 // have relayed. It reads payment_transitions whole (no index on the time):
 // a recovery, not a hot path.
 func TransitionsSince(ctx context.Context, db DB, since time.Time) ([]RecordedTransition, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanRecorded, "read transitions since "+since.Format(time.RFC3339), `
 		SELECT t.payment_key, t.version, t.from_status, t.to_status, t.kind, t.amount_minor, t.currency,
 		       coalesce(t.refund_id, ''), t.created_at, p.source, p.payment_id, p.state::text,
 		       coalesce(d.event_id, ''), d.occurred_at
@@ -48,29 +48,16 @@ func TransitionsSince(ctx context.Context, db DB, since time.Time) ([]RecordedTr
 		        WHERE d.payment_key = t.payment_key AND d.id = t.delivery_id LIMIT 1) d ON true
 		 WHERE t.created_at >= $1
 		 ORDER BY t.payment_key, t.version`, since)
-	if err != nil {
-		return nil, fmt.Errorf("read transitions since %s: %w", since.Format(time.RFC3339), err)
-	}
-	out, err := collectRecorded(rows)
-	if err != nil {
-		return nil, fmt.Errorf("read transitions since %s: %w", since.Format(time.RFC3339), err)
-	}
-	return out, nil
 }
 
-// collectRecorded scans rows of RecordedTransition's columns.
-func collectRecorded(rows pgx.Rows) ([]RecordedTransition, error) {
-	var out []RecordedTransition
+// scanRecorded scans a row of RecordedTransition's columns.
+func scanRecorded(row pgx.CollectableRow) (RecordedTransition, error) {
 	var r RecordedTransition
 	var state string
-	_, err := pgx.ForEachRow(rows, []any{&r.PaymentKey, &r.Version, &r.From, &r.To, &r.Kind, &r.AmountMinor, &r.Currency,
-		&r.RefundID, &r.RecordedAt, &r.Source, &r.PaymentID, &state, &r.SourceEventID, &r.OccurredAt}, func() error {
-		r.State = []byte(state)
-		out = append(out, r)
-		r.OccurredAt = nil
-		return nil
-	})
-	return out, err
+	err := row.Scan(&r.PaymentKey, &r.Version, &r.From, &r.To, &r.Kind, &r.AmountMinor, &r.Currency,
+		&r.RefundID, &r.RecordedAt, &r.Source, &r.PaymentID, &state, &r.SourceEventID, &r.OccurredAt)
+	r.State = []byte(state)
+	return r, err
 }
 
 // NewestTransitions returns, by payment key after after, at most limit
@@ -78,7 +65,7 @@ func collectRecorded(rows pgx.Rows) ([]RecordedTransition, error) {
 // their state events carry: a page of `paystream backfill`, which rebuilds
 // the latest-state topic from them in one snapshot.
 func NewestTransitions(ctx context.Context, db DB, after string, limit int) ([]RecordedTransition, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanRecorded, fmt.Sprintf("read newest transitions after %q", after), `
 		SELECT t.payment_key, t.version, t.from_status, t.to_status, t.kind, t.amount_minor, t.currency,
 		       coalesce(t.refund_id, ''), t.created_at, p.source, p.payment_id, p.state::text,
 		       coalesce(d.event_id, ''), d.occurred_at
@@ -90,14 +77,6 @@ func NewestTransitions(ctx context.Context, db DB, after string, limit int) ([]R
 		 WHERE p.payment_key > $1
 		 ORDER BY p.payment_key
 		 LIMIT $2`, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("read newest transitions after %q: %w", after, err)
-	}
-	out, err := collectRecorded(rows)
-	if err != nil {
-		return nil, fmt.Errorf("read newest transitions after %q: %w", after, err)
-	}
-	return out, nil
 }
 
 // CountPayments counts the payments with a transition.

@@ -32,15 +32,11 @@ func PartitionOf(t time.Time) Partition {
 // ListPartitions returns the daily partitions of deliveries, oldest first
 // (the default partition is not one of them).
 func ListPartitions(ctx context.Context, db DB) ([]Partition, error) {
-	rows, err := db.Query(ctx, `
+	names, err := queryRows(ctx, db, pgx.RowTo[string], "list delivery partitions", `
 		SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 		 WHERE i.inhparent = 'deliveries'::regclass`)
 	if err != nil {
-		return nil, fmt.Errorf("list delivery partitions: %w", err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("list delivery partitions: %w", err)
+		return nil, err
 	}
 	var out []Partition
 	for _, n := range names {
@@ -118,15 +114,11 @@ func CreatePartition(ctx context.Context, db DB, p Partition) (moved int64, err 
 // recorded at or after since, oldest first: days that had no partition
 // when their rows were stored.
 func DefaultDays(ctx context.Context, db DB, since time.Time) ([]time.Time, error) {
-	rows, err := db.Query(ctx, `
+	days, err := queryRows(ctx, db, pgx.RowTo[time.Time], "list days in the default partition", `
 		SELECT DISTINCT date_trunc('day', recorded_at, 'UTC') AS day FROM deliveries_default
 		 WHERE recorded_at >= $1 ORDER BY day`, since)
 	if err != nil {
-		return nil, fmt.Errorf("list days in the default partition: %w", err)
-	}
-	days, err := pgx.CollectRows(rows, pgx.RowTo[time.Time])
-	if err != nil {
-		return nil, fmt.Errorf("list days in the default partition: %w", err)
+		return nil, err
 	}
 	for i, d := range days {
 		days[i] = d.UTC()
@@ -206,15 +198,7 @@ func DeleteExpiredDefault(ctx context.Context, db DB, cutoff time.Time, limit in
 // WaitingDeliveryIDs returns the ids of every deferred and quarantined
 // delivery: their dedup keys are kept whatever their age.
 func WaitingDeliveryIDs(ctx context.Context, db DB) ([]int64, error) {
-	rows, err := db.Query(ctx, `SELECT id FROM deliveries WHERE status IN ('deferred', 'quarantined')`)
-	if err != nil {
-		return nil, fmt.Errorf("list waiting deliveries: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("list waiting deliveries: %w", err)
-	}
-	return ids, nil
+	return queryRows(ctx, db, pgx.RowTo[int64], "list waiting deliveries", `SELECT id FROM deliveries WHERE status IN ('deferred', 'quarantined')`)
 }
 
 // DeleteExpiredDedupKeys deletes up to limit dedup keys recorded before

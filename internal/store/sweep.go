@@ -27,7 +27,7 @@ type DueQuery struct {
 // waiting for a predecessor after Window (at most once per Retry). Events
 // of a held payment wait for replay instead.
 func ListDue(ctx context.Context, db DB, q DueQuery) ([]StoredDelivery, error) {
-	rows, err := db.Query(ctx, `
+	return queryRows(ctx, db, scanStoredDelivery, "list due deferred deliveries", `
 		SELECT `+deliveryColumns+` FROM deliveries
 		 WHERE status IN ('deferred', 'quarantined') AND status = 'deferred'
 		   AND topic = $1 AND partition = $2 AND source = ANY($3)
@@ -36,22 +36,6 @@ func ListDue(ctx context.Context, db DB, q DueQuery) ([]StoredDelivery, error) {
 		         AND received_at < now() - $7::interval AND processed_at < now() - $5::interval))
 		 ORDER BY id LIMIT $8`,
 		q.Topic, q.Partition, q.Sources, ReasonAwaitingRefetch, q.Retry, ReasonPaymentHeld, q.Window, q.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("list due deferred deliveries: %w", err)
-	}
-	var out []StoredDelivery
-	for rows.Next() {
-		var d StoredDelivery
-		if err := rows.Scan(d.scanTargets()...); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list due deferred deliveries: %w", err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list due deferred deliveries: %w", err)
-	}
-	return out, nil
 }
 
 // Postpone makes paymentKey's deferred deliveries ids due again after the

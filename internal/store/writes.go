@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -118,6 +119,27 @@ func (t *BatchTx) queueWrites(b *pgx.Batch, w Writes) error {
 	return nil
 }
 
+// deliveryHead and deliveryTail are the columns both inserts of deliveries
+// (first deliveries and duplicates) start and end with, in their order:
+// id .. payment_key, then partition .. received_at.
+var (
+	deliveryHead = []column[*Delivery]{
+		col(func(d *Delivery) int64 { return d.ID }),
+		col(func(d *Delivery) time.Time { return d.RecordedAt }),
+		col(func(d *Delivery) string { return d.Envelope.Source }),
+		col(func(d *Delivery) string { return d.Envelope.Event.DedupKey }),
+		col(func(d *Delivery) string { return d.Envelope.Event.EventID }),
+		col(func(d *Delivery) string { return d.Envelope.Event.Type }),
+		col(func(d *Delivery) string { return d.Envelope.PaymentKey }),
+	}
+	deliveryTail = []column[*Delivery]{
+		col(func(d *Delivery) int32 { return d.Partition }),
+		col(func(d *Delivery) int64 { return d.Offset }),
+		col(func(d *Delivery) *time.Time { return nullTime(d.Envelope.Event.Fact.OccurredAt) }),
+		col(func(d *Delivery) time.Time { return d.Envelope.ReceivedAt }),
+	}
+)
+
 func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 	var firsts, dups []*Delivery
 	for i := range ds {
@@ -162,14 +184,7 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 			              $18::int[], $19::bigint[], $20::timestamptz[], $21::timestamptz[])
 			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, status, reason,
 			            driver, payment_id, fact_status, amount_minor, currency, refund_id, refetch, body, partition, kafka_offset, occurred_at, received_at)`,
-			append(arrays(firsts,
-				col(func(d *Delivery) int64 { return d.ID }),
-				col(func(d *Delivery) time.Time { return d.RecordedAt }),
-				col(func(d *Delivery) string { return d.Envelope.Source }),
-				col(func(d *Delivery) string { return d.Envelope.Event.DedupKey }),
-				col(func(d *Delivery) string { return d.Envelope.Event.EventID }),
-				col(func(d *Delivery) string { return d.Envelope.Event.Type }),
-				col(func(d *Delivery) string { return d.Envelope.PaymentKey }),
+			append(arrays(firsts, slices.Concat(deliveryHead, []column[*Delivery]{
 				col(func(d *Delivery) string { return d.Status }),
 				col(func(d *Delivery) string { return d.Reason }),
 				col(func(d *Delivery) string { return deferred(d, d.Envelope.Driver) }),
@@ -185,10 +200,7 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 				col(func(d *Delivery) string { return deferred(d, d.Envelope.Event.Fact.RefundID) }),
 				col(func(d *Delivery) bool { return d.Envelope.Event.NeedsRefetch }),
 				col(func(d *Delivery) []byte { return d.Envelope.Body }),
-				col(func(d *Delivery) int32 { return d.Partition }),
-				col(func(d *Delivery) int64 { return d.Offset }),
-				col(func(d *Delivery) *time.Time { return nullTime(d.Envelope.Event.Fact.OccurredAt) }),
-				col(func(d *Delivery) time.Time { return d.Envelope.ReceivedAt })),
+			}, deliveryTail)...),
 				firsts[0].Topic)...)
 	}
 	if len(dups) > 0 {
@@ -200,19 +212,9 @@ func queueDeliveries(b *pgx.Batch, ds []Delivery) {
 			  FROM unnest($1::bigint[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::bigint[],
 			              $9::int[], $10::bigint[], $11::timestamptz[], $12::timestamptz[])
 			       AS u(id, recorded_at, source, dedup_key, event_id, event_type, payment_key, duplicate_of, partition, kafka_offset, occurred_at, received_at)`,
-			append(arrays(dups,
-				col(func(d *Delivery) int64 { return d.ID }),
-				col(func(d *Delivery) time.Time { return d.RecordedAt }),
-				col(func(d *Delivery) string { return d.Envelope.Source }),
-				col(func(d *Delivery) string { return d.Envelope.Event.DedupKey }),
-				col(func(d *Delivery) string { return d.Envelope.Event.EventID }),
-				col(func(d *Delivery) string { return d.Envelope.Event.Type }),
-				col(func(d *Delivery) string { return d.Envelope.PaymentKey }),
-				col(func(d *Delivery) int64 { return d.DuplicateOf }),
-				col(func(d *Delivery) int32 { return d.Partition }),
-				col(func(d *Delivery) int64 { return d.Offset }),
-				col(func(d *Delivery) *time.Time { return nullTime(d.Envelope.Event.Fact.OccurredAt) }),
-				col(func(d *Delivery) time.Time { return d.Envelope.ReceivedAt })),
+			append(arrays(dups, slices.Concat(deliveryHead,
+				[]column[*Delivery]{col(func(d *Delivery) int64 { return d.DuplicateOf })},
+				deliveryTail)...),
 				ReasonDuplicateEvent, dups[0].Topic)...)
 	}
 }
