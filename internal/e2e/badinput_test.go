@@ -231,7 +231,7 @@ func TestBadInputCorpus(t *testing.T) {
 		}
 
 		// Logs: no secret, no race, no panic.
-		logs := ing.logs.String()
+		logs := ing.Output.String()
 		for name, secret := range badInputSecrets {
 			if strings.Contains(logs, secret) {
 				t.Errorf("ingest's logs contain source %s's secret", name)
@@ -242,10 +242,8 @@ func TestBadInputCorpus(t *testing.T) {
 				t.Errorf("ingest's logs contain %q", bad)
 			}
 		}
-		select {
-		case <-ing.exited:
-			t.Errorf("ingest exited during the corpus: %v", ing.waitErr)
-		default:
+		if err := ing.Exited(); err != nil {
+			t.Errorf("ingest exited during the corpus: %v", err)
 		}
 
 		outcomes := requestOutcomes(t, client, ing.base)
@@ -924,8 +922,8 @@ func (c *canaries) post(client *http.Client, base, source, after string) (int, e
 // JSON schema named, and returns the envelopes by source and body.
 func readTopicBodies(t *testing.T, brokers []string, topic, schema string) map[string][]envelope.Raw {
 	t.Helper()
-	n := int(endOffsets(t, brokers, topic))
-	recs := consumeAll(t, brokers, topic, n, 30*time.Second)
+	n := int(testenv.EndOffsetSum(t, brokers, topic))
+	recs := testenv.ReadCommitted(t, brokers, topic)
 	if len(recs) != n {
 		t.Fatalf("%s: read %d records of %d", topic, len(recs), n)
 	}
@@ -954,10 +952,8 @@ func readTopicBodies(t *testing.T, brokers []string, topic, schema string) map[s
 
 // badInputIngest is a running `paystream ingest`.
 type badInputIngest struct {
+	*testenv.Process
 	addr, base string
-	logs       *syncBuffer
-	exited     chan struct{}
-	waitErr    error // set before exited closes
 }
 
 // startBadInputIngest runs the paystream binary's ingest on the corpus's
@@ -968,49 +964,13 @@ func startBadInputIngest(t *testing.T, brokers []string, raw, dlq, server string
 	if err := os.WriteFile(sources, []byte(badInputSourcesYAML()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopbackAddr(t)
-	ing := &badInputIngest{addr: addr, base: "http://" + addr, logs: &syncBuffer{}, exited: make(chan struct{})}
+	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
 		"--sources", sources, "--http-addr", addr, "--shutdown-grace", "0s", "--log-format", "json", "--log-level", "debug",
 		"--http-server", server, "--metrics-addr", "", "--metrics-on-http-addr") // requestOutcomes scrapes the webhook address
-	cmd.Env = devEnv()
-	cmd.Stdout, cmd.Stderr = ing.logs, ing.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { ing.waitErr = cmd.Wait(); close(ing.exited) }()
-	t.Cleanup(func() {
-		select {
-		case <-ing.exited:
-		default:
-			_ = cmd.Process.Kill()
-			<-ing.exited
-		}
-		if t.Failed() {
-			t.Logf("paystream ingest output (last 8 KiB):\n%s", tail(ing.logs.String(), 8<<10))
-		}
-	})
-	testenv.WaitFor(t, time.Minute, func() error {
-		select {
-		case <-ing.exited:
-			return fmt.Errorf("paystream ingest exited before it was ready: %v", ing.waitErr)
-		default:
-		}
-		code, err := getStatus(http.DefaultClient, ing.base+"/readyz")
-		if err != nil {
-			return err
-		}
-		if code != http.StatusOK {
-			return fmt.Errorf("/readyz: %d", code)
-		}
-		return nil
-	})
+	cmd.Env = testenv.Environ()
+	ing := &badInputIngest{Process: testenv.StartProcess(t, "paystream ingest", cmd, 0), addr: addr, base: "http://" + addr}
+	ing.LogTail = 8 << 10
+	ing.WaitHTTP(t, ing.base+"/readyz", time.Minute)
 	return ing
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
 }

@@ -16,25 +16,6 @@ import (
 	"github.com/paystream/paystream/processor"
 )
 
-// counterSum sums a counter family gathered from reg.
-func counterSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
-}
-
 // TestGroupChurn runs three processors in one group on a six-partition
 // topic and keeps stopping and restarting them (a clean ctx cancel: drain
 // and leave the group) while records flow, so partitions move between
@@ -90,7 +71,7 @@ func TestGroupChurn(t *testing.T) {
 	go func() {
 		defer close(produced)
 		for i := 0; i < len(recs); i += 40 {
-			if err := tryProduceRaw(brokers, recs[i:min(i+40, len(recs))]...); err != nil {
+			if err := testenv.TryProduce(brokers, recs[i:min(i+40, len(recs))]...); err != nil {
 				t.Error(err)
 				return
 			}
@@ -126,8 +107,8 @@ func TestGroupChurn(t *testing.T) {
 		}
 	}
 	<-produced
-	ends := endOffsetsByPartition(t, brokers, raw)
-	testenv.WaitFor(t, 90*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	ends := testenv.EndOffsets(t, brokers, raw)
+	testenv.WaitFor(t, 90*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	for _, s := range slots {
 		s.stop()
 	}
@@ -179,8 +160,8 @@ func TestGroupChurn(t *testing.T) {
 	var fenced, retries float64
 	mu.Lock()
 	for _, reg := range regs {
-		fenced += counterSum(t, reg, "paystream_processor_fenced_total")
-		retries += counterSum(t, reg, "paystream_processor_batch_retries_total")
+		fenced += testenv.Gather(t, reg).Sum("paystream_processor_fenced_total", nil)
+		retries += testenv.Gather(t, reg).Sum("paystream_processor_batch_retries_total", nil)
 	}
 	mu.Unlock()
 	t.Logf("%d partition claims, %v fenced commits, %v batch retries", claims, fenced, retries)

@@ -216,12 +216,12 @@ func TestConvergenceThroughPipeline(t *testing.T) {
 	relay := runSink(t, db.Pool, brokers, state)
 	// Traffic arrives while the processor runs.
 	for i := 0; i < len(recs); i += 400 {
-		produceRaw(t, brokers, recs[i:min(i+400, len(recs))]...)
+		testenv.Produce(t, brokers, recs[i:min(i+400, len(recs))]...)
 	}
-	ends := endOffsetsByPartition(t, brokers, raw)
+	ends := testenv.EndOffsets(t, brokers, raw)
 	// Generous ceilings: a loaded CI machine under -race is slow; a healthy
 	// run takes seconds.
-	testenv.WaitFor(t, 90*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	testenv.WaitFor(t, 90*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	appliedIn := time.Since(start)
 	proc.stop()
 	relay.stop()
@@ -553,10 +553,10 @@ func TestDeferredThenAppliedInOneBatch(t *testing.T) {
 		}
 	}
 	// All on the topic first, so each payment's three events share a batch.
-	produceRaw(t, brokers, recs...)
+	testenv.Produce(t, brokers, recs...)
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 60})
 	testenv.WaitFor(t, 30*time.Second, func() error {
-		return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
+		return testenv.OffsetsBehind(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
 	})
 	if n := count(t, db.Pool, `SELECT count(*) FROM payment_transitions`); n != 60 {
 		t.Fatalf("transitions = %d, want 60 (paid, refund, dispute per payment)", n)

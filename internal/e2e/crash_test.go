@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -62,45 +58,14 @@ func rawRecord(t *testing.T, topic, key string, ev provider.Event) *kgo.Record {
 	return &kgo.Record{Topic: topic, Key: []byte(key), Value: v}
 }
 
-// processorProc is `paystream processor` running as a subprocess.
-type processorProc struct {
-	cmd *exec.Cmd
-	log *os.File
-}
-
-func startProcessor(t *testing.T, dbURL string, brokers []string, topic, group string, n int) *processorProc {
+// startProcessor runs `paystream processor` as a subprocess, named name
+// in the test's output, on topic with batches of at most 10 records,
+// logging warnings; extra flags come last (a later flag wins).
+func startProcessor(t *testing.T, dbURL string, brokers []string, topic, group, name string, extra ...string) *binProc {
 	t.Helper()
-	logf, err := os.Create(filepath.Join(t.TempDir(), fmt.Sprintf("processor-%d.log", n)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(binary, "processor",
+	return startBin(t, name, append([]string{"processor",
 		"--kafka-brokers", brokers[0], "--database-url", dbURL, "--raw-topic", topic, "--group", group,
-		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "warn")
-	cmd.Env = append(os.Environ(), "PAYSTREAM_METRICS_ADDR=")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &processorProc{cmd: cmd, log: logf}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("processor %d log:\n%s", n, b)
-		}
-		logf.Close()
-	})
-	return p
-}
-
-func (p *processorProc) kill(t *testing.T) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = p.cmd.Wait()
+		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "warn", "--metrics-addr", ""}, extra...)...)
 }
 
 // TestProcessorSIGKILLMidStream kills the processor (a real subprocess) with
@@ -191,7 +156,7 @@ func TestProcessorSIGKILLMidStream(t *testing.T) {
 	inboxCount := func() int { return count(t, db.Pool, `SELECT count(*) FROM deliveries`) }
 	total := len(recs)
 	for n, frac := range []float64{0.15 + 0.2*rng.Float64(), 0.45 + 0.2*rng.Float64(), 0.75 + 0.1*rng.Float64()} {
-		p := startProcessor(t, db.URL, brokers, raw, group, n)
+		p := startProcessor(t, db.URL, brokers, raw, group, fmt.Sprintf("processor %d", n))
 		threshold := int(frac * float64(total))
 		testenv.Eventually(t, 90*time.Second, func() bool { return inboxCount() >= threshold },
 			"processor %d to reach %d inbox rows", n, threshold)
@@ -199,7 +164,7 @@ func TestProcessorSIGKILLMidStream(t *testing.T) {
 		t.Logf("SIGKILLed processor %d at %d/%d inbox rows", n, inboxCount(), total)
 	}
 	produce.Wait()
-	startProcessor(t, db.URL, brokers, raw, group, 3)
+	startProcessor(t, db.URL, brokers, raw, group, "processor 3")
 	testenv.Eventually(t, 120*time.Second, func() bool { return inboxCount() == total },
 		"all %d records in the inbox after the last restart", total)
 	close(stopWatch)

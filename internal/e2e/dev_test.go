@@ -15,7 +15,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -285,25 +284,8 @@ func checkPayXEvents(t *testing.T, events []inspectEvent) {
 
 // devProc is a running `paystream dev`.
 type devProc struct {
-	cmd    *exec.Cmd
-	url    string // http://127.0.0.1:PORT
-	stderr *syncBuffer
-	done   chan struct{} // closed when the process exited
-	err    error         // cmd.Wait's result, set before done closes
-}
-
-// devEnv is the environment without any PAYSTREAM_ setting (the stack's
-// `env` exports PAYSTREAM_KAFKA_BROKERS and PAYSTREAM_DATABASE_URL), so that
-// dev starts its embedded Kafka and private Postgres as it does for a
-// newcomer.
-func devEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			out = append(out, kv)
-		}
-	}
-	return out
+	*testenv.Process
+	url string // http://127.0.0.1:PORT
 }
 
 // acmeSources writes, in dir, a sources file with the one source the dev
@@ -329,44 +311,11 @@ func devDirs(t *testing.T) (dataDir, sources string) {
 
 func startDev(t *testing.T, dataDir, sources string) *devProc {
 	t.Helper()
-	addr := freeLoopbackAddr(t)
+	addr := testenv.FreeAddr(t)
 	cmd := exec.Command(binary, "dev", "--data-dir", dataDir, "--sources", sources, "--http-addr", addr)
-	cmd.Env = devEnv()
-	d := &devProc{cmd: cmd, url: "http://" + addr, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout, cmd.Stderr = d.stderr, d.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.err = cmd.Wait(); close(d.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-d.done:
-		default:
-			_ = cmd.Process.Kill()
-			<-d.done
-		}
-		if t.Failed() {
-			t.Logf("paystream dev output:\n%s", d.stderr.String())
-		}
-	})
-
-	client := &http.Client{Timeout: 2 * time.Second}
-	testenv.WaitFor(t, 2*time.Minute, func() error {
-		select {
-		case <-d.done:
-			return fmt.Errorf("paystream dev exited before it was ready: %v", d.err)
-		default:
-		}
-		resp, err := client.Get(d.url + "/readyz")
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("/readyz: %s", resp.Status)
-		}
-		return nil
-	})
+	cmd.Env = testenv.Environ()
+	d := &devProc{Process: testenv.StartProcess(t, "paystream dev", cmd, 0), url: "http://" + addr}
+	d.WaitHTTP(t, d.url+"/readyz", 2*time.Minute)
 	return d
 }
 
@@ -374,34 +323,23 @@ func startDev(t *testing.T, dataDir, sources string) *devProc {
 func (d *devProc) waitBanner(t *testing.T) string {
 	t.Helper()
 	testenv.Eventually(t, 10*time.Second, func() bool {
-		return regexp.MustCompile(`(?m)^Then: .* inspect payment .*\n`).MatchString(d.stderr.String())
+		return regexp.MustCompile(`(?m)^Then: .* inspect payment .*\n`).MatchString(d.Output.String())
 	},
 		"the banner with its example curl")
-	return d.stderr.String()
+	return d.Output.String()
 }
 
-// stop sends SIGTERM and requires exit status 0 within a bound.
+// stop sends SIGTERM and requires exit status 0 within a bound, with no
+// data race, panic or error in the output.
 func (d *devProc) stop(t *testing.T) {
 	t.Helper()
-	const bound = 30 * time.Second
-	start := time.Now()
-	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.done:
-	case <-time.After(bound):
-		t.Fatalf("paystream dev still running %s after SIGTERM", bound)
-	}
-	if d.err != nil {
-		t.Fatalf("paystream dev after SIGTERM: %v, want exit status 0", d.err)
-	}
-	for line := range strings.Lines(d.stderr.String()) {
-		if strings.Contains(line, "DATA RACE") || strings.Contains(line, "level=ERROR") {
-			t.Errorf("paystream dev logged a race or an error: %s", line)
+	took := d.Terminate(t, 30*time.Second)
+	for line := range strings.Lines(d.Output.String()) {
+		if strings.Contains(line, "level=ERROR") {
+			t.Errorf("paystream dev logged an error: %s", line)
 		}
 	}
-	t.Logf("paystream dev exited 0 %s after SIGTERM", time.Since(start).Round(time.Millisecond))
+	t.Logf("paystream dev exited 0 %s after SIGTERM", took.Round(time.Millisecond))
 }
 
 // stopStrayPostgres registers a cleanup that shuts down (SIGQUIT: immediate
@@ -432,14 +370,14 @@ func stopStrayPostgres(t *testing.T, pgData string) {
 	})
 }
 
-// runPaystream runs the paystream binary with devEnv and returns its stdout,
+// runPaystream runs the paystream binary with testenv.Environ() and returns its stdout,
 // stderr and exit status.
 func runPaystream(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = devEnv()
+	cmd.Env = testenv.Environ()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -671,34 +609,4 @@ func shellWords(s string) ([]string, error) {
 		words = append(words, cur.String())
 	}
 	return words, nil
-}
-
-// freeLoopbackAddr returns a loopback address with a port nobody listens on now.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's writes and the test's
-// reads at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -49,7 +49,7 @@ func TestDLQReplayAppliedOnce(t *testing.T) {
 	idA, idB := dlqtest.LongID("gh_a"), dlqtest.LongID("gh_b")
 	in.PostHMAC(t, idA, dlqtest.PaidBody("payment.paid", "pay_dlq_a", 990))
 	in.PostHMAC(t, idB, dlqtest.PaidBody("payment.paid", "pay_dlq_b", 1230))
-	if n := endOffsets(t, brokers, raw); n != 0 {
+	if n := testenv.EndOffsetSum(t, brokers, raw); n != 0 {
 		t.Fatalf("raw topic has %d records before any replay, want 0 (both dead-lettered)", n)
 	}
 	fixed := filepath.Join(t.TempDir(), "fixed.yaml")
@@ -63,7 +63,7 @@ func TestDLQReplayAppliedOnce(t *testing.T) {
 		cmd := exec.CommandContext(ctx, binary, "dlq", "replay", "--event-id", id, "--sources", fixed,
 			"--kafka-brokers", strings.Join(brokers, ","), "--dlq-topic", dlqTopic, "--raw-topic", raw,
 			"--replays-topic", replaysTopic, "--quiet")
-		cmd.Env = devEnv()
+		cmd.Env = testenv.Environ()
 		out, err := cmd.CombinedOutput()
 		code := 0
 		if err != nil {

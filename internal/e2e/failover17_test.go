@@ -257,7 +257,7 @@ func TestFailoverSlotsLoseNothing(t *testing.T) {
 	})
 
 	prod := producePaced(t, brokers, raw, hs[100:], 5, 20*time.Millisecond)
-	testenv.Eventually(t, 2*time.Minute, func() bool { return stateHighWater(t, brokers, state) >= 900 }, "900 state records")
+	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 900 }, "900 state records")
 
 	// The standby falls behind; the processor goes on committing on the
 	// primary, but the relay cannot publish what the standby lacks.

@@ -135,7 +135,7 @@ func TestRepublishAfterLostSlot(t *testing.T) {
 
 	hs := genHistories(2000)
 	prod := producePaced(t, brokers, raw, hs, 5, 20*time.Millisecond)
-	testenv.Eventually(t, 2*time.Minute, func() bool { return stateHighWater(t, brokers, state) >= 300 }, "300 state records")
+	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 300 }, "300 state records")
 	first.stop()
 	slot := slotOf(t, db)
 	testenv.WaitFor(t, 30*time.Second, func() error {
@@ -269,18 +269,18 @@ func TestFailoverLosesNoStateEvent(t *testing.T) {
 
 	hs := genHistories(2000)
 	prod := producePaced(t, brokers, raw, hs, 5, 20*time.Millisecond)
-	testenv.Eventually(t, 2*time.Minute, func() bool { return stateHighWater(t, brokers, state) >= 600 }, "600 state records")
+	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 600 }, "600 state records")
 	// The standby falls behind: its WAL receiver stops while the primary
 	// goes on committing, and the relay publishing, for a moment.
 	receiver := walReceiver(t, pair.dup)
 	if err := syscall.Kill(receiver, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	behindAt := stateHighWater(t, brokers, state)
-	testenv.Eventually(t, time.Minute, func() bool { return stateHighWater(t, brokers, state) >= behindAt+150 }, "150 state records the standby lacks")
+	behindAt := testenv.EndOffsetSum(t, brokers, state)
+	testenv.Eventually(t, time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= behindAt+150 }, "150 state records the standby lacks")
 
 	pair.stack(t, "kill-postgres")
-	killedAt := stateHighWater(t, brokers, state)
+	killedAt := testenv.EndOffsetSum(t, brokers, state)
 	if err := syscall.Kill(receiver, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

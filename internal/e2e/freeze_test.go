@@ -3,10 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,43 +14,6 @@ import (
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/testenv"
 )
-
-// startNamedProcessor is startProcessor with the processor's Postgres
-// sessions named app (application_name), so the test can find them.
-func startNamedProcessor(t *testing.T, dbURL string, brokers []string, topic, group, app string) *processorProc {
-	t.Helper()
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("application_name", app)
-	u.RawQuery = q.Encode()
-	logf, err := os.Create(filepath.Join(t.TempDir(), app+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(binary, "processor",
-		"--kafka-brokers", brokers[0], "--database-url", u.String(), "--raw-topic", topic, "--group", group,
-		"--batch-max-records", "10", "--session-timeout", "6s", "--log-level", "info")
-	cmd.Env = append(os.Environ(), "PAYSTREAM_METRICS_ADDR=")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &processorProc{cmd: cmd, log: logf}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s log:\n%s", app, b)
-		}
-		logf.Close()
-	})
-	return p
-}
 
 // TestFrozenProcessorReleasesItsPartitions: of two processor subprocesses,
 // one is stopped (SIGSTOP) while it holds a batch transaction open, with
@@ -76,8 +35,9 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	hs := genHistories(400)
 	recs := historyRecords(t, raw, hs)
 	frozenApp, liveApp := "ps-frozen-"+db.Schema, "ps-live-"+db.Schema
-	frozen := startNamedProcessor(t, db.URL, brokers, raw, group, frozenApp)
-	startNamedProcessor(t, db.URL, brokers, raw, group, liveApp)
+	// Their Postgres sessions named (application_name), so the test can find them.
+	frozen := startProcessor(t, withAppName(t, db.URL, frozenApp), brokers, raw, group, frozenApp, "--log-level", "info")
+	startProcessor(t, withAppName(t, db.URL, liveApp), brokers, raw, group, liveApp, "--log-level", "info")
 	watch := watchOffsets(t, db.Pool, group, raw)
 
 	// Filler payments (one event each) keep traffic flowing after the
@@ -103,7 +63,7 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	go func() {
 		var err error
 		for i := 0; i < len(recs) && err == nil; i += 20 {
-			err = tryProduceRaw(brokers, recs[i:min(i+20, len(recs))]...)
+			err = testenv.TryProduce(brokers, recs[i:min(i+20, len(recs))]...)
 			time.Sleep(25 * time.Millisecond) // pacing the load, not synchronizing
 		}
 		n := 0
@@ -114,7 +74,7 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 				return
 			default:
 			}
-			err = tryProduceRaw(brokers, fillerRecs[n:min(n+5, len(fillerRecs))]...)
+			err = testenv.TryProduce(brokers, fillerRecs[n:min(n+5, len(fillerRecs))]...)
 			time.Sleep(25 * time.Millisecond)
 		}
 		produced <- producedResult{err, min(n, len(fillerRecs))}
@@ -174,7 +134,7 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 		if time.Now().After(catchBy) {
 			t.Fatalf("never caught the processor with an open transaction in %d attempts", attempt-1)
 		}
-		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		if err := frozen.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
 		stoppedAt = time.Now()
@@ -188,7 +148,7 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 			frozenPID = 0
 		}
 		if frozenPID == 0 {
-			if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			if err := frozen.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -212,9 +172,9 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 		hs = append(hs, history{key: "acme:" + id, id: id, events: []provider.Event{ev}})
 	}
 	produceManual(t, brokers, marks...)
-	ends := endOffsetsByPartition(t, brokers, raw)
+	ends := testenv.EndOffsets(t, brokers, raw)
 	testenv.WaitFor(t, sessionTimeout+30*time.Second, func() error {
-		stored := storedOffsets(t, db.Pool, group, raw)
+		stored := testenv.StoredOffsets(t, db.Pool, group, raw)
 		for p, end := range ends {
 			if stored[p] < end {
 				return fmt.Errorf("partition %d: stored offset %d, below %d", p, stored[p], end)
@@ -229,20 +189,19 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 	}
 
 	// Wake it: its commit must fail, and it must not write.
-	if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := frozen.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	woke := time.Now()
 	for {
-		b, _ := os.ReadFile(frozen.log.Name())
-		s := string(b)
+		s := frozen.Output.String()
 		if strings.Contains(s, "partition fenced") || strings.Contains(s, "25P03") || strings.Contains(s, "57P01") {
 			break
 		}
 		if time.Since(woke) > 60*time.Second {
 			// Where is it? SIGQUIT makes the Go runtime write every
 			// goroutine's stack to the log, printed by the cleanup.
-			_ = frozen.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = frozen.Cmd.Process.Signal(syscall.SIGQUIT)
 			time.Sleep(time.Second)
 			t.Fatalf("the woken processor logged no failed or fenced commit within 60s (its goroutines are in its log)")
 		}
@@ -253,8 +212,8 @@ func TestFrozenProcessorReleasesItsPartitions(t *testing.T) {
 		t.Fatal(res.err)
 	}
 	hs = append(hs, fillers[:res.fillers]...)
-	ends = endOffsetsByPartition(t, brokers, raw)
-	testenv.WaitFor(t, 120*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	ends = testenv.EndOffsets(t, brokers, raw)
+	testenv.WaitFor(t, 120*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	watch.check(t)
 	if n, want := count(t, db.Pool, `SELECT count(*) FROM deliveries`), len(recs)+res.fillers+partitions; n != want {
 		t.Errorf("delivery rows = %d, want one per record (%d)", n, want)

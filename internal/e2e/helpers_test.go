@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -36,33 +35,6 @@ func envelopeValue(t testing.TB, source, paymentKey string, ev provider.Event) [
 		t.Fatal(err)
 	}
 	return v
-}
-
-// produceRaw produces recs (each with Topic, Key and Value set) with the key
-// partitioner ingest uses, in order, and waits for the broker's acks. One
-// key's records land on one partition in the order given.
-func produceRaw(t testing.TB, brokers []string, recs ...*kgo.Record) {
-	t.Helper()
-	if err := tryProduceRaw(brokers, recs...); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// tryProduceRaw is produceRaw for goroutines other than the test's.
-func tryProduceRaw(brokers []string, recs ...*kgo.Record) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.RequiredAcks(kgo.AllISRAcks()))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("produce %d raw records: %w", len(recs), err)
-	}
-	return nil
 }
 
 // testLogger logs warnings and errors to the test's output.
@@ -160,66 +132,6 @@ func dropSlot(t testing.TB, pool *pgxpool.Pool) {
 	if _, err := pool.Exec(ctx, "DROP PUBLICATION IF EXISTS "+pgx.Identifier{slot}.Sanitize()); err != nil {
 		t.Errorf("drop publication %s: %v", slot, err)
 	}
-}
-
-// endOffsetsByPartition returns each partition's end offset.
-func endOffsetsByPartition(t testing.TB, brokers []string, topic string) map[int32]int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
-		}
-		out[o.Partition] = o.Offset
-	})
-	return out
-}
-
-// storedOffsets returns the next offsets stored in Postgres for group.
-func storedOffsets(t testing.TB, pool *pgxpool.Pool, group, topic string) map[int32]int64 {
-	t.Helper()
-	rows, err := pool.Query(context.Background(),
-		`SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1 AND topic = $2`, group, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	out := map[int32]int64{}
-	for rows.Next() {
-		var p int32
-		var off int64
-		if err := rows.Scan(&p, &off); err != nil {
-			t.Fatal(err)
-		}
-		out[p] = off
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// caughtUp reports, as an error, how far the stored offsets are from the
-// topic's end offsets.
-func caughtUp(t testing.TB, pool *pgxpool.Pool, group, topic string, ends map[int32]int64) error {
-	stored := storedOffsets(t, pool, group, topic)
-	for p, end := range ends {
-		if end > 0 && stored[p] != end {
-			return fmt.Errorf("partition %d: stored offset %d, end offset %d", p, stored[p], end)
-		}
-	}
-	return nil
 }
 
 // offsetWatch polls a group's stored offsets and owner epochs and records
@@ -375,66 +287,12 @@ func decodeState(t testing.TB, r *kgo.Record) stateRecord {
 
 // committedState returns every record of the normalized topic a
 // read_committed consumer sees, up to each partition's last stable offset
-// at the time of the call, in each partition's order. The topic's end
-// offsets also count the sink's transaction markers (and records of
-// aborted transactions), so they are not a record count.
+// at the time of the call, in each partition's order, decoded.
 func committedState(t testing.TB, brokers []string, topic string) []stateRecord {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	admCl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admCl.Close()
-	stable, err := kadm.NewClient(admCl).ListCommittedOffsets(ctx, topic)
-	if err == nil {
-		err = stable.Error()
-	}
-	if err != nil {
-		t.Fatalf("last stable offsets of %s: %v", topic, err)
-	}
-	todo := map[int32]int64{}
-	stable.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			todo[o.Partition] = o.Offset
-		}
-	})
-	if len(todo) == 0 {
-		return nil
-	}
-	// Only the partitions with records, from offset 0 (the test's own
-	// topic): no offset listing, whose late answer can start a fetch while
-	// Close runs (a data race inside franz-go v1.22.3's Client.close).
-	parts := map[int32]kgo.Offset{}
-	for p := range todo {
-		parts[p] = kgo.NewOffset().At(0)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: parts}),
-		kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// Markers too, so the read sees it reached a partition's last
-		// stable offset when the last offsets below it are markers.
-		kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	var out []stateRecord
-	for len(todo) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: partitions %v not read to their last stable offset within 2m", topic, todo)
-		}
-		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := todo[r.Partition]; ok && r.Offset+1 >= end {
-				delete(todo, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, decodeState(t, r))
-			}
-		})
+	for _, r := range testenv.ReadCommitted(t, brokers, topic) {
+		out = append(out, decodeState(t, r))
 	}
 	return out
 }

@@ -37,7 +37,7 @@ func TestIngestMetricsOffTheWebhookPort(t *testing.T) {
 	} {
 		t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			addr, metrics := freeLoopbackAddr(t), freeLoopbackAddr(t)
+			addr, metrics := testenv.FreeAddr(t), testenv.FreeAddr(t)
 			startBin(t, "paystream ingest", append([]string{"ingest", "--kafka-brokers", brokers,
 				"--sources", acmeSources(t, t.TempDir()), "--http-addr", addr, "--metrics-addr", metrics}, c.flags...)...)
 			testenv.WaitFor(t, time.Minute, func() error {

@@ -21,14 +21,8 @@ import (
 )
 
 // binProc is a paystream command run as a subprocess (the binary TestMain
-// built, with -race), its JSON logs kept.
-type binProc struct {
-	name string
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{} // closed when the process exited
-	err  error         // cmd.Wait's result, set before done closes
-}
+// built, with -race), its JSON logs in Output.
+type binProc struct{ *testenv.Process }
 
 // startBin runs `paystream args...` with only its flags configuring it (no
 // PAYSTREAM_* variable of the test's environment). The process is killed
@@ -36,28 +30,11 @@ type binProc struct {
 // failed.
 func startBin(t *testing.T, name string, args ...string) *binProc {
 	t.Helper()
-	p := &binProc{name: name, cmd: exec.Command(binary, args...), logs: &syncBuffer{}, done: make(chan struct{})}
+	cmd := exec.Command(binary, args...)
 	// The race detector sleeps a second at exit by default: not part of
 	// the shutdown measured here.
-	p.cmd.Env = append(devEnv(), "GORACE=atexit_sleep_ms=0")
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { p.err = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-		default:
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", p.name, p.logs.String())
-		}
-	})
-	return p
+	cmd.Env = testenv.Environ("GORACE=atexit_sleep_ms=0")
+	return &binProc{testenv.StartProcess(t, name, cmd, 0)}
 }
 
 // terminate sends SIGTERM and waits for the exit, at most deadline (the
@@ -67,28 +44,22 @@ func startBin(t *testing.T, name string, args ...string) *binProc {
 // and returns how long the exit took.
 func (p *binProc) terminate(t *testing.T, deadline time.Duration) time.Duration {
 	t.Helper()
-	start := time.Now()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(deadline):
-		t.Fatalf("%s still running %s after SIGTERM (its termination grace period)", p.name, deadline)
-	}
-	took := time.Since(start)
-	if p.err != nil {
-		t.Errorf("%s after SIGTERM: %v, want exit status 0", p.name, p.err)
-	}
+	took := p.Terminate(t, deadline)
 	for _, l := range p.logLines(t) {
 		if l.Level == "ERROR" {
-			t.Errorf("%s logged an error: %s %v", p.name, l.Msg, l.Error)
+			t.Errorf("%s logged an error: %s %v", p.Name, l.Msg, l.Error)
 		}
 	}
-	if out := p.logs.String(); strings.Contains(out, "DATA RACE") || strings.Contains(out, "panic:") {
-		t.Errorf("%s reported a data race or a panic", p.name)
-	}
 	return took
+}
+
+// kill sends SIGKILL and waits for the exit.
+func (p *binProc) kill(t *testing.T) {
+	t.Helper()
+	if err := p.Cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-p.Done()
 }
 
 // logLine is one line of a command's JSON log.
@@ -102,7 +73,7 @@ type logLine struct {
 func (p *binProc) logLines(t *testing.T) []logLine {
 	t.Helper()
 	var out []logLine
-	for line := range strings.Lines(p.logs.String()) {
+	for line := range strings.Lines(p.Output.String()) {
 		var l logLine
 		if json.Unmarshal([]byte(line), &l) == nil && l.Msg != "" {
 			out = append(out, l)
@@ -276,17 +247,6 @@ func checkStateOnce(t *testing.T, recs []stateRecord, want map[string]int64) {
 	if missing > 5 {
 		t.Errorf("... %d payments in all without all their versions", missing)
 	}
-}
-
-// stateHighWater sums the state topic's end offsets (records, aborted
-// records and transaction markers): it grows while a sink publishes.
-func stateHighWater(t *testing.T, brokers []string, topic string) int64 {
-	t.Helper()
-	var n int64
-	for _, off := range endOffsetsByPartition(t, brokers, topic) {
-		n += off
-	}
-	return n
 }
 
 // deliveries counts the deliveries the processors stored.

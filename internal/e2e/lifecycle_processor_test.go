@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -45,14 +44,7 @@ func TestProcessorSIGTERMUnderLoad(t *testing.T) {
 	// The processor's sessions are named app, so the test sees when one
 	// is inside a transaction.
 	app := "paystream-sigterm-" + strings.TrimPrefix(group, "g-")
-	dbURL, err := url.Parse(db.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := dbURL.Query()
-	q.Set("application_name", app)
-	dbURL.RawQuery = q.Encode()
-	args := []string{"processor", "--kafka-brokers", strings.Join(brokers, ","), "--database-url", dbURL.String(),
+	args := []string{"processor", "--kafka-brokers", strings.Join(brokers, ","), "--database-url", withAppName(t, db.URL, app),
 		"--raw-topic", raw, "--group", group, "--batch-max-records", "10", "--session-timeout", "6s",
 		"--log-format", "json"}
 
@@ -139,7 +131,7 @@ func checkOffsetsCopied(t *testing.T, pool *pgxpool.Pool, brokers []string, grou
 	if err != nil {
 		t.Fatalf("fetch offsets of group %s: %v", group, err)
 	}
-	for p, stored := range storedOffsets(t, pool, group, topic) {
+	for p, stored := range testenv.StoredOffsets(t, pool, group, topic) {
 		o, ok := fetched.Lookup(topic, p)
 		if !ok && stored == 0 {
 			// Claimed fresh and nothing applied yet (a short-lived

@@ -3,15 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -57,7 +52,7 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 	hs := genHistories(3000)
 	prod := producePaced(t, brokers, raw, hs, 5, 30*time.Millisecond)
 	start := func(name string) (*binProc, string) {
-		addr := freeLoopbackAddr(t)
+		addr := testenv.FreeAddr(t)
 		return startBin(t, name, "sink", "--kafka-brokers", strings.Join(brokers, ","), "--database-url", db.URL,
 			"--state-topic", state, "--checkpoint-topic", ckpt, "--heartbeat-interval", "200ms",
 			"--standby-retry", "100ms", "--metrics-addr", addr, "--log-format", "json"), addr
@@ -65,27 +60,27 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 
 	for n := range 2 {
 		s, addr := start(fmt.Sprintf("paystream sink %d", n))
-		from := stateHighWater(t, brokers, state)
-		testenv.Eventually(t, 2*time.Minute, func() bool { return stateHighWater(t, brokers, state) >= from+300 },
+		from := testenv.EndOffsetSum(t, brokers, state)
+		testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= from+300 },
 			"sink %d to publish 300 records", n)
-		fams := scrapeMetrics(t, addr)
+		fams := testenv.Scrape(t, "http://"+addr+"/metrics")
 		relay := map[string]string{"client": sink.ClientRelay}
-		if v := metricSum(fams, "paystream_sink_active", nil); v != 1 {
+		if v := fams.Sum("paystream_sink_active", nil); v != 1 {
 			t.Errorf("sink %d: paystream_sink_active %v, want 1", n, v)
 		}
 		for _, name := range []string{"paystream_sink_kafka_connects_total", "paystream_sink_kafka_produce_bytes_total"} {
-			if v := metricSum(fams, name, relay); v <= 0 {
+			if v := fams.Sum(name, relay); v <= 0 {
 				t.Errorf(`sink %d: %s{client="relay"} = %v on /metrics, want > 0`, n, name, v)
 			}
 		}
-		atSignal, flowing := stateHighWater(t, brokers, state), prod.flowing()
+		atSignal, flowing := testenv.EndOffsetSum(t, brokers, state), prod.flowing()
 		took := s.terminate(t, sinkGrace)
 		txn := describeTxn(t, brokers, txnID)
 		if txn == "Ongoing" {
 			t.Errorf("sink %d exited with its Kafka transaction ongoing: a read_committed consumer is stuck behind it until the transaction times out", n)
 		}
 		t.Logf("sink %d: SIGTERM at state topic high water %d (producer still producing: %v); exited 0 after %s; transaction %s; %v events published by it",
-			n, atSignal, flowing, took.Round(time.Millisecond), txn, metricSum(fams, "paystream_sink_events_published_total", nil))
+			n, atSignal, flowing, took.Round(time.Millisecond), txn, fams.Sum("paystream_sink_events_published_total", nil))
 	}
 
 	last, addr := start("paystream sink 2")
@@ -95,7 +90,7 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 	waitRelayed(t, db, 2*time.Minute)
 	recs := committedState(t, brokers, state)
 	checkStateOnce(t, recs, wantVersions(done))
-	skipped := metricSum(scrapeMetrics(t, addr), "paystream_sink_replayed_transactions_skipped_total", nil)
+	skipped := testenv.Scrape(t, "http://"+addr+"/metrics").Sum("paystream_sink_replayed_transactions_skipped_total", nil)
 	t.Logf("%d payments, %d state events on the topic for read_committed consumers, each once; the last sink skipped %v Postgres transactions already published",
 		len(done), len(recs), skipped)
 	last.terminate(t, sinkGrace)
@@ -121,48 +116,4 @@ func describeTxn(t *testing.T, brokers []string, txnID string) string {
 		t.Fatalf("describe transactional id %s: %v (described: %v)", txnID, d.Err, ok)
 	}
 	return d.State
-}
-
-// scrapeMetrics fetches and parses /metrics on addr.
-func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape %s: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("scrape %s: %s %v", addr, resp.Status, err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-	if err != nil {
-		t.Fatalf("parse /metrics of %s: %v", addr, err)
-	}
-	return fams
-}
-
-// metricSum sums the counter and gauge series of family name whose labels
-// include want.
-func metricSum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	var sum float64
-	f, ok := fams[name]
-	if !ok {
-		return 0
-	}
-series:
-	for _, m := range f.GetMetric() {
-		have := map[string]string{}
-		for _, l := range m.GetLabel() {
-			have[l.GetName()] = l.GetValue()
-		}
-		for k, v := range want {
-			if have[k] != v {
-				continue series
-			}
-		}
-		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + m.GetUntyped().GetValue()
-	}
-	return sum
 }

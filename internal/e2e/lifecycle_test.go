@@ -46,42 +46,15 @@ func TestIngestSIGTERMDrains(t *testing.T) {
 		brokers := testenv.Kafka(t)
 		raw, dlq := testenv.Topic(t, "raw", 3), testenv.Topic(t, "dlq", 1)
 		sources := acmeSources(t, t.TempDir())
-		addr := freeLoopbackAddr(t)
+		addr := testenv.FreeAddr(t)
 		base := "http://" + addr
 		const grace = 2 * time.Second
 		cmd := exec.Command(binary, "ingest", "--kafka-brokers", strings.Join(brokers, ","), "--raw-topic", raw, "--dlq-topic", dlq,
 			"--sources", sources, "--http-addr", addr, "--metrics-addr", "127.0.0.1:0", "--shutdown-grace", grace.String(), "--http-server", server, "--log-format", "json")
-		cmd.Env = devEnv()
-		logs := &syncBuffer{}
-		cmd.Stdout, cmd.Stderr = logs, logs
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		var waitErr error
-		go func() { waitErr = cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			select {
-			case <-exited:
-			default:
-				_ = cmd.Process.Kill()
-				<-exited
-			}
-			if t.Failed() {
-				t.Logf("paystream ingest output:\n%s", logs.String())
-			}
-		})
-		testenv.WaitFor(t, time.Minute, func() error {
-			resp, err := http.Get(base + "/readyz")
-			if err != nil {
-				return err
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("/readyz: %s", resp.Status)
-			}
-			return nil
-		})
+		cmd.Env = testenv.Environ()
+		ing := testenv.StartProcess(t, "paystream ingest", cmd, 0)
+		exited := ing.Done()
+		ing.WaitHTTP(t, base+"/readyz", time.Minute)
 
 		// Readiness, polled on fresh connections until the process exits: when
 		// it first answered 503.
@@ -148,8 +121,8 @@ func TestIngestSIGTERMDrains(t *testing.T) {
 		exitedAt := time.Now()
 		load.Wait()
 		watch.Wait()
-		if waitErr != nil {
-			t.Errorf("paystream ingest after SIGTERM: %v, want exit status 0", waitErr)
+		if err := ing.Err(); err != nil {
+			t.Errorf("paystream ingest after SIGTERM: %v, want exit status 0", err)
 		}
 
 		notReady := notReadyAt.Load()
@@ -187,7 +160,7 @@ func TestIngestSIGTERMDrains(t *testing.T) {
 
 		// Every webhook answered 200 is on the raw topic exactly once.
 		onTopic := map[string]int{}
-		for _, r := range consumeAll(t, brokers, raw, int(endOffsets(t, brokers, raw)), time.Minute) {
+		for _, r := range testenv.ReadCommitted(t, brokers, raw) {
 			env, err := envelope.DecodeRaw(r.Value)
 			if err != nil {
 				t.Fatalf("raw record %d/%d: %v", r.Partition, r.Offset, err)
@@ -208,7 +181,7 @@ func TestIngestSIGTERMDrains(t *testing.T) {
 			t.Errorf("of %d webhooks answered 200: %d not on the raw topic, %d on it more than once", len(accepted), lost, dup)
 		}
 
-		drained := drainedLog(t, logs.String())
+		drained := drainedLog(t, ing.Output.String())
 		t.Logf("SIGTERM → /readyz 503 after %s; exit after %s (grace %s; server's drain %s, %d requests in flight at close)",
 			notReady.Sub(signaled).Round(time.Millisecond), exitedAt.Sub(signaled).Round(time.Millisecond), grace,
 			drained.duration.Round(time.Millisecond), drained.inFlight)

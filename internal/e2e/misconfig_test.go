@@ -82,10 +82,10 @@ func TestMisconfigurationStallsInsteadOfQuarantining(t *testing.T) {
 
 	hs := genHistories(80)
 	first, second := hs[:40], hs[40:]
-	produceRaw(t, brokers, historyRecords(t, raw, first)...)
+	testenv.Produce(t, brokers, historyRecords(t, raw, first)...)
 
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	runProcessor(t, pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, Registerer: reg, Logger: logger,
 		RetryBackoffMax: 500 * time.Millisecond})
@@ -95,12 +95,12 @@ func TestMisconfigurationStallsInsteadOfQuarantining(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "REVOKE INSERT ON ledger_movements FROM "+role); err != nil {
 		t.Fatal(err)
 	}
-	produceRaw(t, brokers, historyRecords(t, raw, second)...)
-	ends := endOffsetsByPartition(t, brokers, raw)
+	testenv.Produce(t, brokers, historyRecords(t, raw, second)...)
+	ends := testenv.EndOffsets(t, brokers, raw)
 	// Enough failed attempts that a quarantine, had there been one, is
 	// committed: the old code quarantined on the first failure.
 	stalled := func() float64 {
-		return counterSumLabel(t, reg, "paystream_processor_batch_failures_total", "class", "permission")
+		return testenv.Gather(t, reg).Sum("paystream_processor_batch_failures_total", map[string]string{"class": "permission"})
 	}
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		return stalled() >= 6 || takeEffects(t, db.Pool).quarantined > 0
@@ -110,7 +110,7 @@ func TestMisconfigurationStallsInsteadOfQuarantining(t *testing.T) {
 	if e.quarantined != 0 || e.held != 0 {
 		t.Errorf("a missing privilege quarantined %d events and held %d payments, want none", e.quarantined, e.held)
 	}
-	if err := caughtUp(t, db.Pool, group, raw, ends); err == nil {
+	if err := testenv.OffsetsBehind(t, db.Pool, group, raw, ends); err == nil {
 		t.Errorf("the partitions did not stall without INSERT on ledger_postings")
 	}
 	if s := logs.String(); !strings.Contains(s, "sqlstate=42501") || !strings.Contains(s, "class=permission") || !strings.Contains(s, "fix=") {
@@ -120,30 +120,6 @@ func TestMisconfigurationStallsInsteadOfQuarantining(t *testing.T) {
 	if _, err := db.Pool.Exec(ctx, "GRANT INSERT ON ledger_movements TO "+role); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 60*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	testenv.WaitFor(t, 60*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	checkExactlyOnce(t, db.Pool, hs)
-}
-
-// counterSumLabel sums the series of a counter family gathered from reg
-// whose label name has value.
-func counterSumLabel(t *testing.T, reg *prometheus.Registry, family, name, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == name && l.GetValue() == value {
-					sum += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return sum
 }

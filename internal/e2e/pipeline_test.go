@@ -12,7 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/ingest"
@@ -116,29 +115,6 @@ func (p *pipeline) post(t *testing.T, source, id string, ts time.Time, body stri
 	return resp.StatusCode
 }
 
-// endOffsets sums the end offsets of every partition of topic: the number
-// of records ever produced to it.
-func endOffsets(t *testing.T, brokers []string, topic string) int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
-		}
-		total += o.Offset
-	})
-	return total
-}
-
 // consumeAll reads every record of topic from the start until want records
 // arrived or timeout passed.
 func consumeAll(t *testing.T, brokers []string, topic string, want int, timeout time.Duration) []*kgo.Record {
@@ -218,7 +194,7 @@ func TestDuplicateDeliveriesHaveOneEffect(t *testing.T) {
 	if n := count(t, pool, `SELECT count(*) FROM ledger_postings WHERE payment_key = 'acme:pay_1'`); n != 2 {
 		t.Errorf("ledger postings = %d, want 2 (one debit, one credit)", n)
 	}
-	if n := endOffsets(t, p.brokers, p.raw); n != 3 {
+	if n := testenv.EndOffsetSum(t, p.brokers, p.raw); n != 3 {
 		t.Errorf("raw topic holds %d records, want 3 (every 200 was produced)", n)
 	}
 	recs := consumeAll(t, p.brokers, p.state, 1, 10*time.Second)
@@ -274,10 +250,10 @@ func TestRejectedWebhooksProduceNothing(t *testing.T) {
 	if got := p.post(t, "acme", "msg_ok", now, body, nil); got != http.StatusOK {
 		t.Fatalf("valid request: status %d, want 200", got)
 	}
-	if n := endOffsets(t, p.brokers, p.raw); n != 1 {
+	if n := testenv.EndOffsetSum(t, p.brokers, p.raw); n != 1 {
 		t.Errorf("raw topic holds %d records, want only the valid one", n)
 	}
-	if n := endOffsets(t, p.brokers, p.dlq); n != 0 {
+	if n := testenv.EndOffsetSum(t, p.brokers, p.dlq); n != 0 {
 		t.Errorf("dlq holds %d records, want 0", n)
 	}
 }

@@ -80,11 +80,11 @@ func TestPoisonNeverBlocksPartition(t *testing.T) {
 	)
 	// Everything is on the topic before the processor starts, so batches of
 	// five put the poison in the middle of a transaction with good records.
-	produceRaw(t, brokers, recs...)
+	testenv.Produce(t, brokers, recs...)
 	watch := watchOffsets(t, db.Pool, group, raw)
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 5})
 	testenv.WaitFor(t, 30*time.Second, func() error {
-		return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
+		return testenv.OffsetsBehind(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
 	})
 	watch.check(t)
 
@@ -224,10 +224,10 @@ func TestPoisonAloneInBatches(t *testing.T) {
 	watch := watchOffsets(t, db.Pool, group, raw)
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 1})
 	for _, r := range recs {
-		produceRaw(t, brokers, r) // one at a time, so they trickle in
+		testenv.Produce(t, brokers, r) // one at a time, so they trickle in
 	}
 	testenv.WaitFor(t, 30*time.Second, func() error {
-		return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
+		return testenv.OffsetsBehind(t, db.Pool, group, raw, map[int32]int64{0: int64(len(recs))})
 	})
 	watch.check(t)
 	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE status = 'quarantined' AND reason <> ''`); n != 10 {

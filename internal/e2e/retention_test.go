@@ -72,10 +72,10 @@ func TestRetention(t *testing.T) {
 	processed := 0
 	produce := func(recs ...*kgo.Record) {
 		t.Helper()
-		produceRaw(t, brokers, recs...)
+		testenv.Produce(t, brokers, recs...)
 		processed += len(recs)
 		testenv.WaitFor(t, 60*time.Second, func() error {
-			return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: int64(processed)})
+			return testenv.OffsetsBehind(t, db.Pool, group, raw, map[int32]int64{0: int64(processed)})
 		})
 	}
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, Now: clock.Now, RetentionInterval: time.Hour})
@@ -252,18 +252,18 @@ func TestRetentionRecoversAfterThreeDaysWithoutProcessor(t *testing.T) {
 		end := int64(produced)
 		mu.Unlock()
 		testenv.WaitFor(t, 60*time.Second, func() error {
-			return caughtUp(t, db.Pool, group, raw, map[int32]int64{0: end})
+			return testenv.OffsetsBehind(t, db.Pool, group, raw, map[int32]int64{0: end})
 		})
 	}
 	produce := func(n int) {
 		t.Helper()
-		produceRaw(t, brokers, records(n)...)
+		testenv.Produce(t, brokers, records(n)...)
 		waitCaughtUp()
 	}
 	reg := prometheus.NewRegistry()
 	lastSuccess := func(reg *prometheus.Registry) float64 {
 		t.Helper()
-		return gaugeValue(t, reg, "paystream_retention_last_success_timestamp_seconds")
+		return testenv.Gather(t, reg).Sum("paystream_retention_last_success_timestamp_seconds", nil)
 	}
 
 	a := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, Now: clock.Now, RetentionInterval: time.Hour, Registerer: reg})
@@ -297,7 +297,7 @@ func TestRetentionRecoversAfterThreeDaysWithoutProcessor(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			if err := tryProduceRaw(brokers, records(1)...); err != nil {
+			if err := testenv.TryProduce(brokers, records(1)...); err != nil {
 				streamed <- err
 				return
 			}
@@ -367,20 +367,4 @@ func TestRetentionRecoversAfterThreeDaysWithoutProcessor(t *testing.T) {
 	if got, want := lastSuccess(mreg), float64(clock.Now().Unix()); got != want {
 		t.Errorf("last success gauge %v after the run, want %v", got, want)
 	}
-}
-
-// gaugeValue returns the value of the gauge reg holds under name (0 if
-// it holds none).
-func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range fams {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
-		}
-	}
-	return 0
 }

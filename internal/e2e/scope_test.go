@@ -91,8 +91,8 @@ func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, hs []history) {
 // waitCaughtUp waits until group's stored offsets reach topic's end offsets.
 func waitCaughtUp(t *testing.T, pool *pgxpool.Pool, brokers []string, group, topic string, timeout time.Duration) {
 	t.Helper()
-	ends := endOffsetsByPartition(t, brokers, topic)
-	testenv.WaitFor(t, timeout, func() error { return caughtUp(t, pool, group, topic, ends) })
+	ends := testenv.EndOffsets(t, brokers, topic)
+	testenv.WaitFor(t, timeout, func() error { return testenv.OffsetsBehind(t, pool, group, topic, ends) })
 }
 
 // TestNewGroupRereadsAsDuplicates: a second consumer group over the same
@@ -107,7 +107,7 @@ func TestNewGroupRereadsAsDuplicates(t *testing.T) {
 	raw := testenv.Topic(t, "raw", 3)
 	hs := genHistories(60)
 	recs := historyRecords(t, raw, hs)
-	produceRaw(t, brokers, recs...)
+	testenv.Produce(t, brokers, recs...)
 
 	groupA, groupB := testenv.Group(t)+"-a", testenv.Group(t)+"-b"
 	a := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: groupA})
@@ -195,24 +195,24 @@ func TestRecreatedTopicResumesFromStart(t *testing.T) {
 	raw := testenv.Topic(t, "raw", 3)
 	group := testenv.Group(t)
 	first := genHistories(60)
-	produceRaw(t, brokers, historyRecords(t, raw, first)...)
+	testenv.Produce(t, brokers, historyRecords(t, raw, first)...)
 	p := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group})
 	waitCaughtUp(t, db.Pool, brokers, group, raw, 60*time.Second)
 	p.stop()
-	oldOffsets := storedOffsets(t, db.Pool, group, raw)
+	oldOffsets := testenv.StoredOffsets(t, db.Pool, group, raw)
 
 	recreateTopic(t, brokers, raw, 3)
 	// Fewer records than before: every partition's new end is below the
 	// offset stored for the old incarnation.
 	second := genHistories(75)[60:]
-	produceRaw(t, brokers, historyRecords(t, raw, second)...)
-	ends := endOffsetsByPartition(t, brokers, raw)
+	testenv.Produce(t, brokers, historyRecords(t, raw, second)...)
+	ends := testenv.EndOffsets(t, brokers, raw)
 	for part, end := range ends {
 		t.Logf("partition %d: old incarnation stored %d, new end %d", part, oldOffsets[part], end)
 	}
 
 	p = runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group})
-	testenv.WaitFor(t, 60*time.Second, func() error { return caughtUp(t, db.Pool, group, raw, ends) })
+	testenv.WaitFor(t, 60*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	p.stop()
 	checkExactlyOnce(t, db.Pool, append(first, second...))
 	if n := count(t, db.Pool, `SELECT count(DISTINCT topic_id) FROM consumer_offsets WHERE group_id = $1`, group); n != 1 {

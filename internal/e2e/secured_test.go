@@ -67,7 +67,7 @@ func TestPipelineOverSASLSSL(t *testing.T) {
 	// processor checks, recorded over the same secured connections.
 	mig := exec.Command(binary, append([]string{"migrate", "--database-url", dbTLS, "--checkpoint-topic", ckpt,
 		"--partitions", "3", "--dlq-partitions", "1"}, common...)...)
-	mig.Env = devEnv()
+	mig.Env = testenv.Environ()
 	if out, err := mig.CombinedOutput(); err != nil {
 		t.Fatalf("paystream migrate: %v\n%s", err, out)
 	}
@@ -77,7 +77,7 @@ func TestPipelineOverSASLSSL(t *testing.T) {
 		"--group", testenv.Group(t), "--session-timeout", "6s"}, common...)...)
 	snk := startBin(t, "paystream sink", append([]string{"sink", "--database-url", withAppName(t, dbTLS, sinkApp),
 		"--checkpoint-topic", ckpt, "--heartbeat-interval", "1s"}, common...)...)
-	addr := freeLoopbackAddr(t)
+	addr := testenv.FreeAddr(t)
 	ing := startBin(t, "paystream ingest", append([]string{"ingest", "--sources", acmeSources(t, t.TempDir()), "--http-addr", addr, "--metrics-addr", "127.0.0.1:0"}, common...)...)
 	testenv.WaitFor(t, time.Minute, func() error {
 		resp, err := http.Get("http://" + addr + "/readyz")
@@ -188,7 +188,7 @@ func TestWrongKafkaCredentialsFailFast(t *testing.T) {
 	sasl := sec.SASLBrokers[0]
 	authFailed := `paystream: kafka: SASL authentication failed for user "paystream" (SCRAM-SHA-512) at ` + sasl +
 		": check --kafka-sasl-username and --kafka-sasl-password-file\n"
-	addr := freeLoopbackAddr(t)
+	addr := testenv.FreeAddr(t)
 	cases := []struct {
 		name string
 		args []string
@@ -204,7 +204,7 @@ func TestWrongKafkaCredentialsFailFast(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(binary, tc.args...)
-			cmd.Env = append(devEnv(), "GORACE=atexit_sleep_ms=0")
+			cmd.Env = testenv.Environ("GORACE=atexit_sleep_ms=0")
 			var stdout, stderr bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr
 			cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

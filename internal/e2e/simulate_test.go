@@ -235,7 +235,7 @@ func TestSimulateVerifiesAHealthyPipelineAndCatchesTampering(t *testing.T) {
 	}
 	again := &kgo.Record{Topic: p.state, Key: []byte(recs[0].ev.PaymentKey), Value: recs[0].raw,
 		Headers: []kgo.RecordHeader{{Key: "event-id", Value: []byte(recs[0].eventID)}}}
-	produceRaw(t, p.brokers, again)
+	testenv.Produce(t, p.brokers, again)
 	planted("I3", "a state event published twice")
 }
 

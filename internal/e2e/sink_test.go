@@ -66,10 +66,10 @@ func TestDevSinkExactlyOnceOnKfake(t *testing.T) {
 	for i := range during {
 		want[fmt.Sprintf("acme:pay_b%d", i)] = 1
 	}
-	if err := dev.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := dev.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	<-dev.done
+	<-dev.Done()
 
 	dev = startDev(t, dataDir, sources)
 	for i := range before {

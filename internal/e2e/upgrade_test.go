@@ -207,8 +207,8 @@ func TestUpgradeInPlace(t *testing.T) {
 		{Topic: raw, Key: []byte(dPaid.key), Value: dPaid.env},
 		{Topic: raw, Key: []byte(aRefund.key), Value: aRefund.env},
 	}
-	produceRaw(t, brokers, recs...)
-	testenv.WaitFor(t, 60*time.Second, func() error { return caughtUp(t, pool, group, raw, map[int32]int64{0: int64(len(recs))}) })
+	testenv.Produce(t, brokers, recs...)
+	testenv.WaitFor(t, 60*time.Second, func() error { return testenv.OffsetsBehind(t, pool, group, raw, map[int32]int64{0: int64(len(recs))}) })
 
 	outcome := func(dedup string) string {
 		var s, r string

@@ -145,7 +145,7 @@ func walBench(b *testing.B, o walBenchOptions) {
 		for i, env := range envs {
 			recs[i] = record(env)
 		}
-		produceRaw(b, brokers, recs...)
+		testenv.Produce(b, brokers, recs...)
 	}
 	var start string
 	if err := db.Pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&start); err != nil {
@@ -175,7 +175,7 @@ func walBench(b *testing.B, o walBenchOptions) {
 		paceProduce(b, brokers, o, envs, record)
 	}
 	testenv.WaitFor(b, 5*time.Minute, func() error {
-		return caughtUp(b, db.Pool, group, raw, endOffsetsByPartition(b, brokers, raw))
+		return testenv.OffsetsBehind(b, db.Pool, group, raw, testenv.EndOffsets(b, brokers, raw))
 	})
 	b.StopTimer()
 	n := float64(len(envs))
