@@ -188,7 +188,7 @@ func TestRelayAvroToPythonConsumer(t *testing.T) {
 
 	// What a Go consumer sees: Confluent wire format, the registered id,
 	// the headers naming it.
-	recs := readCommitted(t, b.brokers, b.topic)
+	recs := testenv.ReadCommitted(t, b.brokers, b.topic)
 	if len(recs) != total {
 		t.Fatalf("%d records on the state topic, want %d", len(recs), total)
 	}
@@ -196,12 +196,12 @@ func TestRelayAvroToPythonConsumer(t *testing.T) {
 	for _, rec := range recs {
 		id, body, err := serde.DecodeID(rec.Value)
 		if err != nil {
-			t.Fatalf("%s: not the Confluent wire format: %v", header(rec, envelope.HeaderEventID), err)
+			t.Fatalf("%s: not the Confluent wire format: %v", testenv.Header(rec, envelope.HeaderEventID), err)
 		}
-		if got, want := header(rec, "ce_dataschema"), url+"/schemas/ids/"+strconv.Itoa(id); got != want {
+		if got, want := testenv.Header(rec, "ce_dataschema"), url+"/schemas/ids/"+strconv.Itoa(id); got != want {
 			t.Fatalf("ce_dataschema %q, want %q", got, want)
 		}
-		if ct := header(rec, "content-type"); ct != sink.AvroContentType || len(body) == 0 {
+		if ct := testenv.Header(rec, "content-type"); ct != sink.AvroContentType || len(body) == 0 {
 			t.Fatalf("content-type %q", ct)
 		}
 	}
@@ -214,7 +214,7 @@ func TestRelayAvroToPythonConsumer(t *testing.T) {
 	}
 	latestSchema := avro.MustParse(ls.Schema.Schema)
 	newest := map[string]int64{}
-	for _, rec := range readCommitted(t, b.brokers, latest) {
+	for _, rec := range testenv.ReadCommitted(t, b.brokers, latest) {
 		id, body, err := serde.DecodeID(rec.Value)
 		if err != nil || id != ls.ID {
 			t.Fatalf("latest record: schema id %d (%v), want %d", id, err, ls.ID)

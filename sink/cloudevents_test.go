@@ -7,6 +7,7 @@ import (
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/statelog"
+	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/sink"
 )
 
@@ -29,7 +30,7 @@ func TestRelayCloudEventsHeaders(t *testing.T) {
 	after := time.Now().Add(time.Second)
 	b.startRelay(t, nil)
 	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
-	recs := readCommitted(t, b.brokers, b.topic)
+	recs := testenv.ReadCommitted(t, b.brokers, b.topic)
 	if len(recs) != 2 {
 		t.Fatalf("%d records, want 2", len(recs))
 	}
@@ -54,17 +55,17 @@ func TestRelayCloudEventsHeaders(t *testing.T) {
 			"traceparent":          "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
 		}
 		for k, v := range want {
-			if got := header(r, k); got != v {
+			if got := testenv.Header(r, k); got != v {
 				t.Errorf("record %d: header %s = %q, want %q", i, k, got, v)
 			}
 		}
-		ceTime, err := time.Parse(time.RFC3339Nano, header(r, "ce_time"))
+		ceTime, err := time.Parse(time.RFC3339Nano, testenv.Header(r, "ce_time"))
 		if err != nil || ceTime.Before(before) || ceTime.After(after) {
-			t.Errorf("record %d: ce_time %q (%v), want the commit time, between %s and %s", i, header(r, "ce_time"), err, before, after)
+			t.Errorf("record %d: ce_time %q (%v), want the commit time, between %s and %s", i, testenv.Header(r, "ce_time"), err, before, after)
 		}
 	}
-	if header(recs[0], "ce_time") != header(recs[1], "ce_time") {
-		t.Errorf("one transaction's events have ce_time %s and %s", header(recs[0], "ce_time"), header(recs[1], "ce_time"))
+	if testenv.Header(recs[0], "ce_time") != testenv.Header(recs[1], "ce_time") {
+		t.Errorf("one transaction's events have ce_time %s and %s", testenv.Header(recs[0], "ce_time"), testenv.Header(recs[1], "ce_time"))
 	}
 	if got := sink.CESource(id); got != "/paystream/"+id.Database+"/"+id.Schema {
 		t.Errorf("ce_source %q", got)

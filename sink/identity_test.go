@@ -121,7 +121,7 @@ func TestTwoDatabasesOneCluster(t *testing.T) {
 	}
 	for i, d := range deps {
 		t.Run(fmt.Sprintf("deployment%d", i), func(t *testing.T) {
-			checkStream(t, readCommitted(t, brokers, d.b.topic), d.want)
+			checkStream(t, testenv.ReadCommitted(t, brokers, d.b.topic), d.want)
 			if got := d.relay.metric(t, "paystream_sink_events_published_total"); got != 1500 {
 				t.Errorf("published %v events, want 1500", got)
 			}
@@ -203,29 +203,47 @@ func openForeignTransaction(t *testing.T, brokers []string, topic string) (abort
 	return abort
 }
 
-// crashAfterCommits returns an after-commit hook that fails, as a crash
-// between the Kafka commit and the slot confirmation would, after the
-// commit of each transaction reaching one of the given commit counts, and
-// a function telling how many times it did.
-func crashAfterCommits(at ...int) (func(uint64) error, func() int) {
+// checkSkipsAfterCrash is the scenario of the checkpoint tests: a relay
+// whose second Kafka transaction fails between its commit and the slot
+// confirmation (as a crash there would) starts over, reads its checkpoint
+// and must skip that transaction when Postgres sends it again. It starts
+// the relay, calls whenActive once the relay is active, emits versions 1
+// and 2 of acme:pay_1 in a transaction each, calls afterCrash once the
+// planted crash happened, and checks that the state topic holds each
+// version once and the relay skipped one replayed transaction.
+func checkSkipsAfterCrash(t *testing.T, b *bundle, whenActive, afterCrash func()) {
+	t.Helper()
 	var mu sync.Mutex
 	commits, crashes := 0, 0
-	return func(uint64) error {
+	r := b.startRelay(t, func(r *sink.Relay) {
+		sink.SetAfterCommitHook(r, func(uint64) error {
 			mu.Lock()
 			defer mu.Unlock()
-			commits++
-			for _, n := range at {
-				if commits == n {
-					crashes++
-					return errors.New("planted crash between Kafka commit and slot confirm")
-				}
+			if commits++; commits == 2 {
+				crashes++
+				return errors.New("planted crash between Kafka commit and slot confirm")
 			}
 			return nil
-		}, func() int {
-			mu.Lock()
-			defer mu.Unlock()
-			return crashes
+		})
+	})
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	whenActive()
+	ctx := context.Background()
+	for v := int64(1); v <= 2; v++ {
+		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
+			t.Fatal(err)
 		}
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			return r.metric(t, "paystream_sink_kafka_transaction_seconds") >= float64(v)
+		}, "transaction %d committed", v)
+	}
+	testenv.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return crashes == 1 }, "planted crash")
+	afterCrash()
+	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 2})
+	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got != 1 {
+		t.Errorf("skipped %v replayed transactions, want 1 (the crashed one)", got)
+	}
 }
 
 // TestCheckpointNotPinnedByForeignTransaction: another relay's Kafka
@@ -238,29 +256,13 @@ func crashAfterCommits(at ...int) (func(uint64) error, func() int) {
 func TestCheckpointNotPinnedByForeignTransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
-	hook, crashes := crashAfterCommits(2)
-	r := b.startRelay(t, func(r *sink.Relay) { sink.SetAfterCommitHook(r, func(lsn uint64) error { return hook(lsn) }) })
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
-	abortForeign := openForeignTransaction(t, b.brokers, b.checkpoint)
-	ctx := context.Background()
-	for v := int64(1); v <= 2; v++ {
-		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, 30*time.Second, func() bool {
-			return r.metric(t, "paystream_sink_kafka_transaction_seconds") >= float64(v)
-		}, "transaction %d committed", v)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool { return crashes() == 1 }, "planted crash")
-	// The relay starts over and reads the checkpoint topic; the foreign
-	// transaction ends a moment later.
-	time.Sleep(2 * time.Second)
-	abortForeign()
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
-	checkStream(t, readCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 2})
-	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got != 1 {
-		t.Errorf("skipped %v replayed transactions, want 1 (the crashed one)", got)
-	}
+	var abortForeign func()
+	checkSkipsAfterCrash(t, b, func() { abortForeign = openForeignTransaction(t, b.brokers, b.checkpoint) }, func() {
+		// The relay starts over and reads the checkpoint topic; the
+		// foreign transaction ends a moment later.
+		time.Sleep(2 * time.Second)
+		abortForeign()
+	})
 }
 
 // TestCheckpointOfAnotherHistoryIgnored: a checkpoint of this system on a
@@ -291,23 +293,7 @@ func TestCheckpointOfAnotherHistoryIgnored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hook, crashes := crashAfterCommits(2)
-	r := b.startRelay(t, func(r *sink.Relay) { sink.SetAfterCommitHook(r, func(lsn uint64) error { return hook(lsn) }) })
-	ctx := context.Background()
-	for v := int64(1); v <= 2; v++ {
-		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
-			t.Fatal(err)
-		}
-		testenv.Eventually(t, 30*time.Second, func() bool {
-			return r.metric(t, "paystream_sink_kafka_transaction_seconds") >= float64(v)
-		}, "transaction %d committed", v)
-	}
-	testenv.Eventually(t, 30*time.Second, func() bool { return crashes() == 1 }, "planted crash")
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
-	checkStream(t, readCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 2})
-	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got != 1 {
-		t.Errorf("skipped %v replayed transactions, want 1 (the crashed one)", got)
-	}
+	checkSkipsAfterCrash(t, b, func() {}, func() {})
 }
 
 // TestLostSlotNotRecreated: the slot gone while its publication remains

@@ -19,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -99,28 +98,15 @@ func (b *bundle) startRelay(t *testing.T, configure func(*sink.Relay)) *runningR
 	return &runningRelay{reg: reg, stop: stop}
 }
 
+// metric returns the value of the relay's metric name (a histogram's
+// sample count), failing the test if the relay has none.
 func (r *runningRelay) metric(t *testing.T, name string) float64 {
 	t.Helper()
-	mfs, err := r.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := testenv.Gather(t, r.reg)
+	if _, ok := m[name]; !ok {
+		t.Fatalf("relay has no metric %s", name)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name || len(mf.GetMetric()) != 1 {
-			continue
-		}
-		m := mf.GetMetric()[0]
-		switch {
-		case m.GetGauge() != nil:
-			return m.GetGauge().GetValue()
-		case m.GetCounter() != nil:
-			return m.GetCounter().GetValue()
-		case m.GetHistogram() != nil:
-			return float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	t.Fatalf("relay has no metric %s", name)
-	return 0
+	return m.Sum(name, nil)
 }
 
 // statePayload is the payload the tests' events carry.
@@ -279,63 +265,6 @@ func deref(s *string) string {
 	return *s
 }
 
-// readCommitted returns the records of topic a read_committed consumer
-// sees, reading up to the last stable offset of each partition at the
-// time of the call.
-func readCommitted(t *testing.T, brokers []string, topic string) []*kgo.Record {
-	t.Helper()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	ends, err := kadm.NewClient(adm).ListCommittedOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	todo := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			todo[o.Partition] = o.Offset
-		}
-	})
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out []*kgo.Record
-	for len(todo) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: still waiting for partitions %v after 2m", topic, todo)
-		}
-		fs.EachError(func(_ string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := todo[r.Partition]; ok && r.Offset+1 >= end {
-				delete(todo, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				out = append(out, r)
-			}
-		})
-	}
-	return out
-}
-
-func header(r *kgo.Record, key string) string {
-	for _, h := range r.Headers {
-		if h.Key == key {
-			return string(h.Value)
-		}
-	}
-	return ""
-}
-
 // checkStream checks what a read_committed consumer of the state topic
 // sees against want (payment key → its last version): every version of
 // every payment exactly once, in order within one partition, each with
@@ -351,7 +280,7 @@ func checkStream(t *testing.T, recs []*kgo.Record, want map[string]int64) {
 	}
 	for _, r := range recs {
 		key := string(r.Key)
-		id := header(r, envelope.HeaderEventID)
+		id := testenv.Header(r, envelope.HeaderEventID)
 		if seen[id] {
 			t.Fatalf("event id %s repeated (partition %d offset %d)", id, r.Partition, r.Offset)
 		}
@@ -371,7 +300,7 @@ func checkStream(t *testing.T, recs []*kgo.Record, want map[string]int64) {
 		if wantID := envelope.StateEventID(key, next[key]); id != wantID {
 			t.Fatalf("partition %d offset %d: %s, want %s (a gap or out of order)", r.Partition, r.Offset, id, wantID)
 		}
-		if header(r, "traceparent") == "" {
+		if testenv.Header(r, "traceparent") == "" {
 			t.Fatalf("%s lost its traceparent header", id)
 		}
 	}
@@ -437,7 +366,7 @@ func TestRelayPublishesCommittedInOrder(t *testing.T) {
 		}
 	}
 	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
-	checkStream(t, readCommitted(t, b.brokers, b.topic), want)
+	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), want)
 	if got := r.metric(t, "paystream_sink_events_published_total"); got != 2300 {
 		t.Errorf("paystream_sink_events_published_total = %v, want 2300", got)
 	}
@@ -502,7 +431,7 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 		}
 	}
 	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
-	checkStream(t, readCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 8})
+	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 8})
 	if got := second.metric(t, "paystream_sink_events_published_total"); got != 3 {
 		t.Errorf("new relay published %v events, want 3", got)
 	}
@@ -543,7 +472,7 @@ func TestRelaySkipsCheckpointedAfterCrash(t *testing.T) {
 	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got == 0 {
 		t.Error("no replayed transaction skipped: the planted crashes did not exercise the checkpoint")
 	}
-	checkStream(t, readCommitted(t, b.brokers, b.topic), want)
+	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), want)
 }
 
 // TestRelayCrashInsideAMessage (I3, I6): one format 2 message holds many
@@ -596,12 +525,12 @@ func TestRelayCrashInsideAMessage(t *testing.T) {
 	if got := crashes.Load(); got != 2 {
 		t.Fatalf("%d planted crashes, want 2", got)
 	}
-	recs := readCommitted(t, b.brokers, b.topic)
+	recs := testenv.ReadCommitted(t, b.brokers, b.topic)
 	checkStream(t, recs, want)
 	// The crashed attempts' records are in the log, aborted: each attempt
 	// put crashAt records there (and its successor an abort marker per
 	// partition it wrote to).
-	if hw := stateHighWater(t, b.brokers, b.topic); hw < int64(len(recs))+2*crashAt {
+	if hw := testenv.EndOffsetSum(t, b.brokers, b.topic); hw < int64(len(recs))+2*crashAt {
 		t.Errorf("state topic high water %d, want at least %d committed + %d crashed records: the crashes did not happen mid-message", hw, len(recs), 2*crashAt)
 	}
 	if got := r.metric(t, "paystream_sink_events_published_total"); got != float64(len(recs)) {
@@ -738,24 +667,6 @@ func activeRelay(t *testing.T, pool *pgxpool.Pool, slot string) string {
 	return deref(name)
 }
 
-// stateHighWater is the sum of the state topic's end offsets, committed or
-// not: it grows while the relay publishes.
-func stateHighWater(t *testing.T, brokers []string, topic string) int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(context.Background(), topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n
-}
-
 // TestRelaySIGKILL is the issue's bar (I2, I3, I6, I8): `paystream sink`
 // run as the binary, two replicas, the active one SIGKILLed 5 times, a
 // standby taking over each time, while 50,000 events are written by
@@ -804,7 +715,7 @@ func TestRelaySIGKILL(t *testing.T) {
 	var takeovers []time.Duration
 	for k := 1; k <= kills; k++ {
 		mark := int64(k) * total / (kills + 1)
-		testenv.Eventually(t, 5*time.Minute, func() bool { return stateHighWater(t, b.brokers, b.topic) >= mark },
+		testenv.Eventually(t, 5*time.Minute, func() bool { return testenv.EndOffsetSum(t, b.brokers, b.topic) >= mark },
 			"state topic past %d records before kill %d", mark, k)
 		var active string
 		testenv.Eventually(t, time.Minute, func() bool {
@@ -835,11 +746,11 @@ func TestRelaySIGKILL(t *testing.T) {
 	written := time.Since(start)
 	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 5*time.Minute)
 	elapsed := time.Since(start)
-	recs := readCommitted(t, b.brokers, b.topic)
+	recs := testenv.ReadCommitted(t, b.brokers, b.topic)
 	checkStream(t, recs, want)
 	t.Logf("%d events written in %s; all in Kafka after %s (%.0f events/s end to end) with relays %v SIGKILLed, a standby streaming the slot %v after each kill; topic high water %d (records, aborted records and markers)",
 		total, written.Round(time.Millisecond), elapsed.Round(time.Millisecond), float64(total)/elapsed.Seconds(), killed,
-		takeovers, stateHighWater(t, b.brokers, b.topic))
+		takeovers, testenv.EndOffsetSum(t, b.brokers, b.topic))
 }
 
 // setupSlotFor creates the slot of b's schema before anything is emitted,
