@@ -255,6 +255,19 @@ func (r *rendered) env(c corev1.Container, podName string) (map[string]string, e
 	return out, nil
 }
 
+// volumeKey returns key rel of the data of the ConfigMap or Secret (kind)
+// named name that volume mounts, found telling whether it exists.
+func volumeKey[V string | []byte](volume, kind, name string, found bool, data map[string]V, rel string) (string, error) {
+	if !found {
+		return "", fmt.Errorf("volume %s: no %s %s", volume, kind, name)
+	}
+	v, ok := data[rel]
+	if !ok {
+		return "", fmt.Errorf("%s %s has no key %s", kind, name, rel)
+	}
+	return string(v), nil
+}
+
 // mountedFile returns the content of the file at path as a ConfigMap or
 // Secret volume mounted in the container provides it.
 func (r *rendered) mountedFile(pod corev1.PodSpec, c corev1.Container, path string) (string, error) {
@@ -270,24 +283,10 @@ func (r *rendered) mountedFile(pod corev1.PodSpec, c corev1.Container, path stri
 			switch {
 			case v.ConfigMap != nil:
 				cm, ok := r.ConfigMaps[v.ConfigMap.Name]
-				if !ok {
-					return "", fmt.Errorf("volume %s: no ConfigMap %s", v.Name, v.ConfigMap.Name)
-				}
-				data, ok := cm.Data[rel]
-				if !ok {
-					return "", fmt.Errorf("ConfigMap %s has no key %s", cm.Name, rel)
-				}
-				return data, nil
+				return volumeKey(v.Name, "ConfigMap", v.ConfigMap.Name, ok, cm.Data, rel)
 			case v.Secret != nil:
 				s, ok := r.Secrets[v.Secret.SecretName]
-				if !ok {
-					return "", fmt.Errorf("volume %s: no Secret %s", v.Name, v.Secret.SecretName)
-				}
-				data, ok := s.Data[rel]
-				if !ok {
-					return "", fmt.Errorf("Secret %s has no key %s", s.Name, rel)
-				}
-				return string(data), nil
+				return volumeKey(v.Name, "Secret", v.Secret.SecretName, ok, s.Data, rel)
 			}
 		}
 		return "", fmt.Errorf("mount %s is not a ConfigMap or Secret volume", m.Name)

@@ -12,14 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
@@ -33,37 +29,7 @@ type proc struct {
 	c     corev1.Container
 	env   map[string]string
 	ports map[int32]int // containerPort -> local loopback port
-	cmd   *exec.Cmd
-	out   *syncBuffer
-	done  chan struct{}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	run   *testenv.Process
 }
 
 // localProc prepares a container of the rendered overlay to run here: its
@@ -84,9 +50,10 @@ func localProc(t *testing.T, r *rendered, w workload, podName string, overrides 
 		t.Fatal(err)
 	}
 	for port, name := range listen {
-		local := freePort(t)
-		p.ports[port] = local
-		env[name] = net.JoinHostPort("127.0.0.1", strconv.Itoa(local))
+		addr := testenv.FreeAddr(t)
+		_, local, _ := net.SplitHostPort(addr)
+		p.ports[port], _ = strconv.Atoi(local)
+		env[name] = addr
 	}
 	if path, ok := env["PAYSTREAM_SOURCES"]; ok {
 		file, err := r.mountedFile(w.Pod.Spec, c, path)
@@ -115,57 +82,44 @@ func localProc(t *testing.T, r *rendered, w workload, podName string, overrides 
 // environ is the test process's environment without PAYSTREAM_* settings,
 // plus the container's.
 func (p *proc) environ() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			out = append(out, kv)
-		}
-	}
+	var extra []string
 	for k, v := range p.env {
-		out = append(out, k+"="+v)
+		extra = append(extra, k+"="+v)
 	}
-	return out
+	return testenv.Environ(extra...)
 }
 
-// start runs the container's command and stops it (SIGTERM) when the test ends.
+// start runs the container's command and stops it (SIGTERM, then SIGKILL
+// after 30s) when the test ends.
 func (p *proc) start(t *testing.T) {
 	t.Helper()
-	p.cmd = exec.Command(binary, p.c.Args...)
-	p.cmd.Env = p.environ()
-	p.out = &syncBuffer{}
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.done = make(chan struct{})
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", p.name, p.out.String())
-		}
-	})
+	cmd := exec.Command(binary, p.c.Args...)
+	cmd.Env = p.environ()
+	p.run = testenv.StartProcess(t, p.name, cmd, 30*time.Second)
 }
 
-// get fetches path on the local port standing for the container's port
-// (a number or a name).
-func (p *proc) get(port, path string) (int, []byte, error) {
+// url is the URL of path on the local port standing for the container's
+// port (a number or a name).
+func (p *proc) url(port, path string) (string, error) {
 	cp, ok := containerPort(p.c, port)
 	if !ok {
-		return 0, nil, fmt.Errorf("%s: no container port %s", p.name, port)
+		return "", fmt.Errorf("%s: no container port %s", p.name, port)
 	}
 	local, ok := p.ports[cp]
 	if !ok {
-		return 0, nil, fmt.Errorf("%s: paystream does not listen on container port %d", p.name, cp)
+		return "", fmt.Errorf("%s: paystream does not listen on container port %d", p.name, cp)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d%s", local, path), nil
+}
+
+// get fetches path on the local port standing for the container's port.
+func (p *proc) get(port, path string) (int, []byte, error) {
+	url, err := p.url(port, path)
+	if err != nil {
+		return 0, nil, err
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
-	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d%s", local, path))
+	resp, err := client.Get(url)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -180,10 +134,8 @@ func (p *proc) waitProbes(t *testing.T) {
 	t.Helper()
 	for kind, pr := range probes(p.c) {
 		testenv.WaitFor(t, 2*time.Minute, func() error {
-			select {
-			case <-p.done:
-				return fmt.Errorf("%s exited: %s", p.name, p.out.String())
-			default:
+			if err := p.run.Exited(); err != nil {
+				return fmt.Errorf("%w: %s", err, p.run.Output.String())
 			}
 			code, _, err := p.get(pr.HTTPGet.Port.String(), pr.HTTPGet.Path)
 			if err != nil {
@@ -224,18 +176,13 @@ func (e exported) add(families map[string]*dto.MetricFamily) {
 }
 
 // scrape fetches and parses a process's /metrics on the ServiceMonitor's port.
-func (p *proc) scrape(t *testing.T, port, path string) map[string]*dto.MetricFamily {
+func (p *proc) scrape(t *testing.T, port, path string) testenv.Metrics {
 	t.Helper()
-	code, body, err := p.get(port, path)
-	if err != nil || code != http.StatusOK {
-		t.Fatalf("%s: scrape %s on port %s: %d %v", p.name, path, port, code, err)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	url, err := p.url(port, path)
 	if err != nil {
-		t.Fatalf("%s: parse /metrics: %v", p.name, err)
+		t.Fatal(err)
 	}
-	return families
+	return testenv.Scrape(t, url)
 }
 
 // buildVersion returns the version label of paystream_build_info if the
@@ -251,16 +198,6 @@ func buildVersion(families map[string]*dto.MetricFamily) string {
 		}
 	}
 	return ""
-}
-
-func gaugeOrCounter(families map[string]*dto.MetricFamily, name string) float64 {
-	var sum float64
-	if f, ok := families[name]; ok {
-		for _, m := range f.GetMetric() {
-			sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
-		}
-	}
-	return sum
 }
 
 // TestManifestsRunOnTheBinary runs the example overlay's containers as
@@ -394,7 +331,7 @@ func TestManifestsRunOnTheBinary(t *testing.T) {
 					got.add(families)
 					builds[p.name] = buildVersion(families)
 					for _, name := range []string{"paystream_sink_active", "paystream_sink_events_published_total"} {
-						sums[name] += gaugeOrCounter(families, name)
+						sums[name] += families.Sum(name, nil)
 					}
 				}
 			}
