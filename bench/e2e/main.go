@@ -94,17 +94,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/paystream/paystream/bench/internal/rig"
 	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/lab/loadgen"
 )
-
-// sourcesYAML is the one source both targets accept.
-const sourcesYAML = `
-sources:
-  - name: bench
-    driver: standardwebhooks
-    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-`
 
 type options struct {
 	binary        string
@@ -148,7 +141,7 @@ func main() {
 	flag.IntVar(&o.baselineConns, "baseline-conns", 16, "the baseline's Postgres connection pool size")
 	flag.StringVar(&o.httpServer, "http-server", "", `paystream ingest's --http-server: "net/http" or "fasthttp" (default: ingest's own default)`)
 	flag.IntVar(&o.ingestProcs, "ingest-gomaxprocs", 0, "run paystream ingest with GOMAXPROCS set to this (0: Go's default, the machine's CPUs); the other processes keep the default")
-	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
+	flag.IntVar(&o.brokerPID, "broker-pid", rig.StackBrokerPID(), "pid of the Kafka broker, for its CPU (default: the local stack's; 0: not reported)")
 	flag.Float64Var(&o.rate, "rate", 0, "send at this fixed arrival rate, requests per second (0: as fast as each target answers)")
 	flag.BoolVar(&o.quick, "quick", false, "a smoke run: a tenth of -deliveries and of -warmup")
 	flag.BoolVar(&o.keep, "keep", false, "keep the schemas after the run (topics are always deleted)")
@@ -226,7 +219,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
-	lsrcs, err := loadgen.ParseSources([]byte(sourcesYAML))
+	lsrcs, err := loadgen.ParseSources([]byte(rig.SourcesYAML))
 	if err != nil {
 		return err
 	}

@@ -11,51 +11,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/paystream/paystream/bench/internal/rig"
 )
-
-// clockTick is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
-const clockTick = time.Second / 100
-
-// procTimes reads /proc/<pid>/stat: the process's own CPU time
-// (utime+stime), the CPU time of its children it has reaped
-// (cutime+cstime), and its parent's pid.
-func procTimes(pid int) (own, reaped time.Duration, ppid int, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, 0, err
-	}
-	// The command name (field 2) may hold spaces: count after its ')'.
-	// Then: 3 state, 4 ppid, … 14 utime, 15 stime, 16 cutime, 17 cstime.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(b)[i+1:])
-	if len(f) < 15 {
-		return 0, 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	n := func(k int) int64 { v, _ := strconv.ParseInt(f[k], 10, 64); return v }
-	ppid = int(n(1))
-	own = time.Duration(n(11)+n(12)) * clockTick
-	reaped = time.Duration(n(13)+n(14)) * clockTick
-	return own, reaped, ppid, nil
-}
-
-// processCPU returns the CPU time pid has used so far, 0 when it is gone.
-func processCPU(pid int) time.Duration {
-	own, _, _, err := procTimes(pid)
-	if err != nil {
-		return 0
-	}
-	return own
-}
 
 // treeCPU returns the CPU time used so far by root and its direct
 // children: Postgres's postmaster and its backends and auxiliary
 // processes. Children that exited are in the postmaster's reaped time, so
 // a backend that ends between two samples is still counted.
 func treeCPU(root int) time.Duration {
-	own, reaped, _, err := procTimes(root)
+	own, reaped, _, err := rig.ProcTimes(root)
 	if err != nil {
 		return 0
 	}
@@ -69,7 +33,7 @@ func treeCPU(root int) time.Duration {
 		if err != nil || pid == root {
 			continue
 		}
-		if own, _, ppid, err := procTimes(pid); err == nil && ppid == root {
+		if own, _, ppid, err := rig.ProcTimes(pid); err == nil && ppid == root {
 			total += own
 		}
 	}
@@ -95,7 +59,7 @@ func childrenCPU(root int, prefix string) time.Duration {
 		if err != nil {
 			continue
 		}
-		own, _, ppid, err := procTimes(pid)
+		own, _, ppid, err := rig.ProcTimes(pid)
 		if err != nil || ppid != root {
 			continue
 		}
@@ -138,7 +102,7 @@ func threadsCPU(pid int, sub string) time.Duration {
 		}
 		u, _ := strconv.ParseInt(f[11], 10, 64)
 		st, _ := strconv.ParseInt(f[12], 10, 64)
-		total += time.Duration(u+st) * clockTick
+		total += time.Duration(u+st) * rig.ClockTick
 	}
 	return total
 }
@@ -191,33 +155,11 @@ func postmasterPID(ctx context.Context, conn *pgx.Conn) (int, error) {
 	if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
 		return 0, fmt.Errorf("backend pid: %w", err)
 	}
-	_, _, ppid, err := procTimes(backend)
+	_, _, ppid, err := rig.ProcTimes(backend)
 	if err != nil {
 		return 0, fmt.Errorf("postgres backend %d is not on this machine: %w", backend, err)
 	}
 	return ppid, nil
-}
-
-// stackBrokerPID returns the pid of the local stack's Kafka broker, from
-// the pid file deploy/stack.sh keeps, or 0.
-func stackBrokerPID() int {
-	dir := os.Getenv("PAYSTREAM_STACK_DIR")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return 0
-		}
-		dir = home + "/.cache/paystream/stack"
-	}
-	b, err := os.ReadFile(dir + "/kafka/kafka.pid")
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); pid <= 0 || err != nil {
-		return 0
-	}
-	return pid
 }
 
 // walLSN returns the cluster's current WAL insert position.

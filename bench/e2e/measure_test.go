@@ -5,6 +5,8 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/paystream/paystream/bench/internal/rig"
 )
 
 // threadsCPU reads each thread's CPU time by name: over every thread (the
@@ -12,7 +14,7 @@ import (
 // name no thread has matches none.
 func TestThreadsCPU(t *testing.T) {
 	pid := os.Getpid()
-	all0, process0 := threadsCPU(pid, ""), processCPU(pid)
+	all0, process0 := threadsCPU(pid, ""), rig.ProcessCPU(pid)
 
 	// Burn CPU on two threads that stay alive until the end (a thread that
 	// exits leaves its time in the process's total but not in its tasks),
@@ -22,7 +24,7 @@ func TestThreadsCPU(t *testing.T) {
 		go func() {
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			for deadline := time.Now().Add(time.Minute); processCPU(pid)-process0 < 400*time.Millisecond && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(time.Minute); rig.ProcessCPU(pid)-process0 < 400*time.Millisecond && time.Now().Before(deadline); {
 				for x := 0; x < 1_000_000; x++ {
 					_ = x
 				}
@@ -33,14 +35,14 @@ func TestThreadsCPU(t *testing.T) {
 	}
 	<-burnt
 	<-burnt
-	all, process := threadsCPU(pid, "")-all0, processCPU(pid)-process0
+	all, process := threadsCPU(pid, "")-all0, rig.ProcessCPU(pid)-process0
 	close(release)
 
 	if all < 300*time.Millisecond {
 		t.Fatalf("threadsCPU over every thread grew by %v while the process used %v, want ≥ 300ms", all, process)
 	}
 	// Each thread's time is rounded to a tick: allow a few per thread.
-	if d := (all - process).Abs(); d > 20*clockTick {
+	if d := (all - process).Abs(); d > 20*rig.ClockTick {
 		t.Fatalf("threadsCPU over every thread grew by %v, the process's CPU by %v: want about equal", all, process)
 	}
 	if n := threadsCPU(pid, "no thread is called this"); n != 0 {

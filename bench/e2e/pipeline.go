@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paystream/paystream/bench/internal/rig"
 	"github.com/paystream/paystream/sink"
 )
 
@@ -261,19 +262,7 @@ func (r *pipelineRun) consumed(ctx context.Context, conn *pgx.Conn) (int64, erro
 
 // rawRecords returns the number of records on the raw topic.
 func (r *pipelineRun) rawRecords(ctx context.Context) (int64, error) {
-	ends, err := r.adm.ListEndOffsets(ctx, r.raw)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	var perr error
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			perr = o.Err
-		}
-		total += o.Offset
-	})
-	return total, perr
+	return rig.Records(ctx, r.adm, r.raw)
 }
 
 // stateWatcher reads the state topic from its start and records when each
@@ -379,5 +368,5 @@ func withSearchPath(url, schema string) string {
 // writeSources writes the bench's sources file and returns its path.
 func writeSources(dir string) (string, error) {
 	path := filepath.Join(dir, "sources.yaml")
-	return path, os.WriteFile(path, []byte(sourcesYAML), 0o600)
+	return path, os.WriteFile(path, []byte(rig.SourcesYAML), 0o600)
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/paystream/paystream/bench/internal/rig"
 	"github.com/paystream/paystream/internal/lab/loadgen"
 )
 
@@ -191,9 +192,9 @@ func (b *bench) runPipeline(ctx context.Context, suffix string) (*result, error)
 	}
 	defer w.close()
 	var m meter
-	m.add("ingest", func() time.Duration { return processCPU(pr.ingest.pid()) })
-	m.add("processor", func() time.Duration { return processCPU(pr.processor.pid()) })
-	m.add("sink", func() time.Duration { return processCPU(pr.sink.pid()) })
+	m.add("ingest", func() time.Duration { return rig.ProcessCPU(pr.ingest.pid()) })
+	m.add("processor", func() time.Duration { return rig.ProcessCPU(pr.processor.pid()) })
+	m.add("sink", func() time.Duration { return rig.ProcessCPU(pr.sink.pid()) })
 	b.addShared(&m)
 
 	ans := newAnswers(b.workload)
@@ -320,7 +321,7 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 		return nil, err
 	}
 	var m meter
-	m.add("baseline", func() time.Duration { return processCPU(p.pid()) })
+	m.add("baseline", func() time.Duration { return rig.ProcessCPU(p.pid()) })
 	b.addShared(&m)
 
 	cpu0, wal0, err := b.snapshot(ctx, &m)
@@ -352,9 +353,9 @@ func (b *bench) runBaseline(ctx context.Context, suffix string) (*result, error)
 
 // addShared adds the shared services' processes to m.
 func (b *bench) addShared(m *meter) {
-	m.add(benchCPU, func() time.Duration { return processCPU(os.Getpid()) })
+	m.add(benchCPU, func() time.Duration { return rig.ProcessCPU(os.Getpid()) })
 	if b.brokerPID > 0 {
-		m.add("broker", func() time.Duration { return processCPU(b.brokerPID) })
+		m.add("broker", func() time.Duration { return rig.ProcessCPU(b.brokerPID) })
 		m.add(jitCPU, func() time.Duration { return threadsCPU(b.brokerPID, "CompilerThre") })
 	}
 	if b.postmasterPID > 0 {

@@ -18,26 +18,22 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/paystream/paystream/bench/internal/rig"
 	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/lab/loadgen"
-	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/drivers"
 	"github.com/paystream/paystream/internal/source"
 )
@@ -47,13 +43,6 @@ const (
 	goalRatio = 0.50
 	goalP99   = 25 * time.Millisecond
 )
-
-const sourcesYAML = `
-sources:
-  - name: bench
-    driver: standardwebhooks
-    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-`
 
 type options struct {
 	full, fixed, warmup time.Duration
@@ -81,7 +70,7 @@ func main() {
 	flag.IntVar(&o.partitions, "partitions", 3, "partitions of the raw topic")
 	flag.IntVar(&o.payments, "payments", 10000, "distinct payment ids")
 	flag.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the first ingest full-speed round to this file")
-	flag.IntVar(&o.brokerPID, "broker-pid", stackBrokerPID(), "pid of the Kafka broker, to report its CPU (default: the local stack's; 0: not reported)")
+	flag.IntVar(&o.brokerPID, "broker-pid", rig.StackBrokerPID(), "pid of the Kafka broker, to report its CPU (default: the local stack's; 0: not reported)")
 	flag.DurationVar(&o.linger, "linger", -1, "override ingest's producer linger (experiments)")
 	flag.StringVar(&o.compression, "compression", "", "override ingest's producer compression: none, snappy, lz4, zstd (experiments)")
 	flag.StringVar(&o.httpServer, "http-server", ingest.HTTPServerFast, `ingest's HTTP server: "fasthttp" (ingest's default) or "net/http" (the bare handler is net/http either way)`)
@@ -104,11 +93,11 @@ func run(ctx context.Context, o options) error {
 	if len(brokers) == 0 {
 		return errors.New("no Kafka: set PAYSTREAM_TEST_KAFKA_BROKERS (make bench-ingest does, after deploy/stack.sh up)")
 	}
-	sources, err := source.Parse([]byte(sourcesYAML), drivers.Factories())
+	sources, err := source.Parse([]byte(rig.SourcesYAML), drivers.Factories())
 	if err != nil {
 		return err
 	}
-	lsrcs, err := loadgen.ParseSources([]byte(sourcesYAML))
+	lsrcs, err := loadgen.ParseSources([]byte(rig.SourcesYAML))
 	if err != nil {
 		return err
 	}
@@ -258,15 +247,6 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
-// cpuPerRequest returns the CPU microseconds (bench process and broker)
-// one request of r cost.
-func cpuPerRequest(c cpuUse, r *loadgen.Result) float64 {
-	if r.Throughput() == 0 {
-		return 0
-	}
-	return (c.process + c.broker) * 1e6 / r.Throughput()
-}
-
 func verdict(ok bool) string {
 	if ok {
 		return "OK"
@@ -311,160 +291,6 @@ func runID() (string, uint32) {
 	return hex.EncodeToString(b[:3]), uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
-// createTopics creates the bench's raw and DLQ topics and returns a
-// function deleting them.
-func createTopics(ctx context.Context, brokers []string, partitions int) (raw, dlq string, cleanup func(), err error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return "", "", nil, err
-	}
-	adm := kadm.NewClient(cl)
-	suffix, _ := runID()
-	raw, dlq = "bench-ingest-raw-"+suffix, "bench-ingest-dlq-"+suffix
-	cleanup = func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		_, _ = adm.DeleteTopics(dctx, raw, dlq)
-		cl.Close()
-	}
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	for topic, n := range map[string]int32{raw: int32(partitions), dlq: 1} {
-		resp, err := adm.CreateTopic(cctx, n, 1, nil, topic)
-		if err == nil {
-			err = resp.Err
-		}
-		if err != nil {
-			cleanup()
-			return "", "", nil, fmt.Errorf("create topic %s: %w", topic, err)
-		}
-	}
-	// Wait until every partition has a leader.
-	for {
-		md, err := adm.Metadata(cctx, raw, dlq)
-		ready := err == nil
-		if ready {
-			for _, t := range []string{raw, dlq} {
-				td := md.Topics[t]
-				if td.Err != nil || len(td.Partitions) == 0 {
-					ready = false
-				}
-				for _, p := range td.Partitions {
-					if p.Err != nil || p.Leader < 0 {
-						ready = false
-					}
-				}
-			}
-		}
-		if ready {
-			return raw, dlq, cleanup, nil
-		}
-		select {
-		case <-cctx.Done():
-			cleanup()
-			return "", "", nil, fmt.Errorf("topics not ready: %w", cctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func endOffsets(ctx context.Context, brokers []string, topic string) (int64, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return 0, err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	var total int64
-	var perr error
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			perr = o.Err
-		}
-		total += o.Offset
-	})
-	return total, perr
-}
-
-// serve runs serveFn on a loopback listener until the returned stop is
-// called, and returns the base URL.
-func serve(ctx context.Context, serveFn func(context.Context, net.Listener) error) (string, func(), error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- serveFn(sctx, ln) }()
-	return "http://" + ln.Addr().String(), func() {
-		cancel()
-		if err := <-done; err != nil {
-			fmt.Fprintln(os.Stderr, "bench-ingest: server:", err)
-		}
-	}, nil
-}
-
-// bareServe returns a server that answers 200 to requests src's driver
-// verifies, 401 to others: net/http, the body limit and the signature
-// check, nothing else.
-func bareServe(src *source.Source) func(context.Context, net.Listener) error {
-	ok := []byte(`{"received":true}` + "\n")
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost || r.URL.Path != "/webhooks/"+src.Name {
-			http.NotFound(w, r)
-			return
-		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes))
-		if err != nil {
-			http.Error(w, "bad body", http.StatusBadRequest)
-			return
-		}
-		if err := src.Driver.Verify(&provider.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: time.Now()}); err != nil {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(ok)
-	})
-	return func(ctx context.Context, ln net.Listener) error {
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 15 * time.Second}
-		go func() {
-			<-ctx.Done()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		}()
-		if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}
-}
-
-func waitReady(ctx context.Context, url string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("ingest not ready at %s after 30s", url)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
 func startProfile(path string) (func(), error) {
 	f, err := os.Create(path)
 	if err != nil {
@@ -479,103 +305,4 @@ func startProfile(path string) (func(), error) {
 		f.Close()
 		fmt.Fprintf(os.Stderr, "bench-ingest: CPU profile of the first ingest full-speed round in %s (go tool pprof %s)\n", path, path)
 	}, nil
-}
-
-// cpuSample is the CPU time used so far by this process, the broker and
-// the whole machine, and when.
-type cpuSample struct {
-	at                     time.Time
-	process, broker, total time.Duration
-}
-
-// cpuUse is CPU used over an interval, in cores (1.0 = one core busy).
-type cpuUse struct{ process, broker, machine float64 }
-
-// add returns u plus o weighted by its duration d, for per.
-func (u cpuUse) add(o cpuUse, d time.Duration) cpuUse {
-	s := d.Seconds()
-	return cpuUse{u.process + o.process*s, u.broker + o.broker*s, u.machine + o.machine*s}
-}
-
-// per turns a sum of add calls back into cores over total.
-func (u cpuUse) per(total time.Duration) cpuUse {
-	s := total.Seconds()
-	if s <= 0 {
-		return cpuUse{}
-	}
-	return cpuUse{u.process / s, u.broker / s, u.machine / s}
-}
-
-// clockTick is USER_HZ, the unit of /proc's CPU times: 100 on Linux.
-const clockTick = time.Second / 100
-
-func readCPU(brokerPID int) cpuSample {
-	s := cpuSample{at: time.Now()}
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		s.process = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	// /proc/stat's first line: cpu user nice system idle iowait irq softirq steal guest guest_nice.
-	if b, err := os.ReadFile("/proc/stat"); err == nil {
-		line, _, _ := strings.Cut(string(b), "\n")
-		fields := strings.Fields(line)
-		var busy int64
-		for i := 1; i < len(fields) && i <= 8; i++ {
-			if i == 4 || i == 5 { // idle, iowait
-				continue
-			}
-			n, _ := strconv.ParseInt(fields[i], 10, 64)
-			busy += n
-		}
-		s.total = time.Duration(busy) * clockTick
-	}
-	if brokerPID > 0 {
-		// /proc/PID/stat: utime and stime are fields 14 and 15; the
-		// command name (field 2) may hold spaces, so count after its ')'.
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(brokerPID) + "/stat"); err == nil {
-			if i := strings.LastIndexByte(string(b), ')'); i > 0 {
-				f := strings.Fields(string(b)[i+1:])
-				if len(f) > 12 {
-					ut, _ := strconv.ParseInt(f[11], 10, 64)
-					st, _ := strconv.ParseInt(f[12], 10, 64)
-					s.broker = time.Duration(ut+st) * clockTick
-				}
-			}
-		}
-	}
-	return s
-}
-
-func (s cpuSample) since(before cpuSample) cpuUse {
-	wall := s.at.Sub(before.at).Seconds()
-	if wall <= 0 {
-		return cpuUse{}
-	}
-	return cpuUse{
-		process: (s.process - before.process).Seconds() / wall,
-		broker:  (s.broker - before.broker).Seconds() / wall,
-		machine: (s.total - before.total).Seconds() / wall,
-	}
-}
-
-// stackBrokerPID returns the pid of the local stack's broker
-// (deploy/stack.sh), or 0.
-func stackBrokerPID() int {
-	dir := os.Getenv("PAYSTREAM_STACK_DIR")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return 0
-		}
-		dir = home + "/.cache/paystream/stack"
-	}
-	b, err := os.ReadFile(dir + "/kafka/kafka.pid")
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err != nil {
-		return 0
-	}
-	return pid
 }
