@@ -29,7 +29,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -155,7 +154,7 @@ func publishState(t *testing.T) stateTopic {
 	waitForRecords := func(n int) []*kgo.Record {
 		var recs []*kgo.Record
 		testenv.WaitFor(t, time.Minute, func() error {
-			recs = readTopic(t, brokers, topic, kgo.ReadCommitted())
+			recs = testenv.ReadTopic(t, brokers, topic, kgo.ReadCommitted())
 			if len(recs) != n {
 				return fmt.Errorf("%d committed records on %s, want %d", len(recs), topic, n)
 			}
@@ -193,7 +192,7 @@ func publishState(t *testing.T) stateTopic {
 	committed := waitForRecords(fixturePayments*fixtureVersions + fixtureResent)
 	// The aborted records are on the topic: a read_uncommitted consumer
 	// gets them, so a summary without them shows read_committed at work.
-	if all := readTopic(t, brokers, topic, kgo.ReadUncommitted()); len(all) != len(committed)+fixtureAborted {
+	if all := testenv.ReadTopic(t, brokers, topic, kgo.ReadUncommitted()); len(all) != len(committed)+fixtureAborted {
 		t.Fatalf("%d records on %s read uncommitted, want %d committed + %d aborted", len(all), topic, len(committed), fixtureAborted)
 	}
 	return stateTopic{
@@ -240,67 +239,6 @@ func produceTransaction(t *testing.T, brokers []string, recs []*kgo.Record, comm
 	if err := cl.EndTransaction(t.Context(), kgo.TransactionEndTry(commit)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// readTopic returns topic's data records up to its end: the last stable
-// offsets for read_committed, the high watermarks otherwise.
-func readTopic(t *testing.T, brokers []string, topic string, level kgo.IsolationLevel) []*kgo.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	adm, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer adm.Close()
-	list := kadm.NewClient(adm).ListEndOffsets
-	if level == kgo.ReadCommitted() {
-		list = kadm.NewClient(adm).ListCommittedOffsets
-	}
-	ends, err := list(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		t.Fatalf("list %s's end offsets: %v", topic, err)
-	}
-	todo := map[int32]int64{}
-	from := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			todo[o.Partition] = o.Offset
-			from[o.Partition] = kgo.NewOffset().AtStart()
-		}
-	})
-	if len(todo) == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-		kgo.FetchIsolationLevel(level), kgo.KeepControlRecords())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	var recs []*kgo.Record
-	for len(todo) > 0 {
-		fetches := cl.PollFetches(ctx)
-		if err := fetches.Err0(); err != nil {
-			t.Fatalf("read %s: %v", topic, err)
-		}
-		fetches.EachRecord(func(r *kgo.Record) {
-			end, ok := todo[r.Partition]
-			if !ok || r.Offset >= end {
-				return
-			}
-			if r.Offset+1 >= end {
-				delete(todo, r.Partition)
-			}
-			if !r.Attrs.IsControl() {
-				recs = append(recs, r)
-			}
-		})
-	}
-	return recs
 }
 
 func header(r *kgo.Record, key string) string {
