@@ -171,33 +171,44 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		defer cancel()
 	}
 
-	progressDone := make(chan struct{})
-	progressStopped := make(chan struct{})
+	elapsed, err := r.drive(start, cfg.Concurrency, cancelStop, func() error { return r.worker(ctx, stop, lim) })
+	if err != nil {
+		return nil, err
+	}
+	return r.result(elapsed, cfg.Rate, cfg.Concurrency, cfg.Progress), nil
+}
+
+// drive runs n copies of work at once, with the progress reporter, from
+// start until they all return, then stops the reporter and returns how
+// long that took. The first error a copy returns calls stop (the others
+// then end) and is returned.
+func (r *run) drive(start time.Time, n int, stop func(), work func() error) (time.Duration, error) {
+	progressDone, progressStopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(progressStopped)
 		r.progress(start, progressDone)
 	}()
-
 	var wg sync.WaitGroup
-	errc := make(chan error, cfg.Concurrency)
-	for range cfg.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.worker(ctx, stop, lim); err != nil {
+	errc := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			if err := work(); err != nil {
 				errc <- err
-				cancelStop()
+				stop()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
 	close(progressDone)
 	<-progressStopped
 	close(errc)
-	if err := <-errc; err != nil {
-		return nil, err
-	}
+	return elapsed, <-errc
+}
+
+// result is what the run did in elapsed, also reported to progress (when
+// not nil) as the final Snapshot.
+func (r *run) result(elapsed time.Duration, rate float64, concurrency int, progress func(Snapshot)) *Result {
 	res := &Result{
 		Elapsed:     elapsed,
 		Sent:        r.sent.Load(),
@@ -205,18 +216,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Status:      map[int]int64{},
 		Errors:      r.errKinds,
 		Latency:     &r.lat,
-		Rate:        cfg.Rate,
-		Concurrency: cfg.Concurrency,
+		Rate:        rate,
+		Concurrency: concurrency,
 	}
 	for code := range r.status {
 		if n := r.status[code].Load(); n > 0 {
 			res.Status[code] = n
 		}
 	}
-	if cfg.Progress != nil {
-		cfg.Progress(Snapshot{Elapsed: elapsed, Sent: res.Sent, Errors: r.failed.Load(), RPS: res.Throughput(), P99: r.lat.Quantile(0.99), Final: true})
+	if progress != nil {
+		progress(Snapshot{Elapsed: elapsed, Sent: res.Sent, Errors: r.failed.Load(), RPS: res.Throughput(), P99: r.lat.Quantile(0.99), Final: true})
 	}
-	return res, nil
+	return res
 }
 
 // NewClient returns an HTTP client suited to a load test over loopback:

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -76,51 +75,23 @@ func RunSchedule(ctx context.Context, cfg ScheduleConfig) (*Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	start := time.Now()
-	progressDone, progressStopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(progressStopped)
-		r.progress(start, progressDone)
-	}()
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		errc = make(chan error, cfg.Concurrency)
-	)
-	for range cfg.Concurrency {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= cfg.Schedule.Len() {
-					return
-				}
-				if err := r.sendScheduled(ctx, cfg, i); err != nil {
-					errc <- err
-					cancel()
-					return
-				}
+	var next atomic.Int64
+	elapsed, err := r.drive(time.Now(), cfg.Concurrency, cancel, func() error {
+		for ctx.Err() == nil {
+			i := int(next.Add(1) - 1)
+			if i >= cfg.Schedule.Len() {
+				return nil
 			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	close(progressDone)
-	<-progressStopped
-	close(errc)
-	if err := <-errc; err != nil {
+			if err := r.sendScheduled(ctx, cfg, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	res := &Result{Elapsed: elapsed, Sent: r.sent.Load(), Duplicates: r.dups.Load(), Status: map[int]int64{},
-		Errors: r.errKinds, Latency: &r.lat, Concurrency: cfg.Concurrency}
-	for code := range r.status {
-		if n := r.status[code].Load(); n > 0 {
-			res.Status[code] = n
-		}
-	}
-	if cfg.Progress != nil {
-		cfg.Progress(Snapshot{Elapsed: elapsed, Sent: res.Sent, Errors: r.failed.Load(), RPS: res.Throughput(), P99: r.lat.Quantile(0.99), Final: true})
-	}
-	return res, nil
+	return r.result(elapsed, 0, cfg.Concurrency, cfg.Progress), nil
 }
 
 // sendScheduled sends request i and records its answer.
