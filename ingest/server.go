@@ -31,7 +31,6 @@ package ingest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -41,7 +40,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kotel"
@@ -50,113 +48,6 @@ import (
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/tracing"
-)
-
-// Config configures a Server.
-type Config struct {
-	// Addr is the listen address of Run. Defaults to 127.0.0.1:8080.
-	Addr string
-	// Sources are the configured webhook senders by name. Required.
-	Sources map[string]*source.Source
-	// Brokers are the Kafka seed brokers. Required.
-	Brokers []string
-	// Topic is the raw topic. Defaults to paystream.webhooks.raw.v1.
-	Topic string
-	// DLQTopic receives authentic events that cannot be processed.
-	// Defaults to paystream.webhooks.dlq.v1.
-	DLQTopic string
-	// ProduceTimeout is how long a request waits for the broker's
-	// acknowledgement before answering 503. Defaults to 5s.
-	ProduceTimeout time.Duration
-	// RetryAfter is the Retry-After sent with a 503, rounded up to whole
-	// seconds. Defaults to 5s.
-	RetryAfter time.Duration
-	// Linger is how long the producer waits for more records of a
-	// partition before sending them in one request. A little lingering
-	// makes batches, which costs the broker far less CPU per webhook than
-	// one request each, for that much added latency. Defaults to 2ms; a
-	// negative value sends each record at once.
-	Linger time.Duration
-	// ReadHeaderTimeout bounds how long a client may take to send the
-	// request headers (slow-loris protection). Defaults to 5s.
-	ReadHeaderTimeout time.Duration
-	// ReadTimeout bounds how long a client may take to send the whole
-	// request, body included. Defaults to 15s.
-	ReadTimeout time.Duration
-	// MaxInFlight is how many webhook requests whose body is in may be
-	// handled at once (verifying, waiting for the broker); more are
-	// answered 503 with Retry-After at once. A request whose body is still
-	// arriving does not count: MaxConns, MaxBufferedBodyBytes and
-	// ReadTimeout bound those. Defaults to DefaultMaxInFlight.
-	MaxInFlight int
-	// MaxBufferedBodyBytes is how many body bytes the webhook requests
-	// may hold together beyond the first 8 KiB of each (which MaxConns
-	// bounds), counting each body's buffer as it grows with the bytes that
-	// arrived (doubling, at most to its Content-Length + 1), until the
-	// request is answered. A request whose buffer cannot grow under it is
-	// answered 503 with Retry-After and its connection closed. A request
-	// also holds about 1.4 times its body in its envelope until the broker
-	// acknowledges, so ingest's memory for bodies is about 2.4 times this.
-	// Defaults to DefaultMaxBufferedBodyBytes; it is raised to the largest
-	// source's max_body_bytes + 1 if lower, so that every allowed body can
-	// get in.
-	MaxBufferedBodyBytes int64
-	// MaxConns is how many connections may be open at once. A new
-	// connection beyond it closes the connection that has waited longest
-	// for a request (idle keep-alive, or new and silent) and takes its
-	// place; when every connection is serving a request it is answered 503
-	// with Retry-After and closed. Each connection that served a request
-	// keeps about 24 KiB while idle on fasthttp, 19 KiB on net/http, and
-	// one reading a body up to 8 KiB more. Defaults to DefaultMaxConns.
-	MaxConns int
-	// IdleTimeout is how long a keep-alive connection may wait for its
-	// next request. Keep it above the idle timeout of the load balancers
-	// in front (AWS ALB: 60s), so that they, not ingest, close idle
-	// connections: a request racing ingest's close fails. Defaults to
-	// 90s.
-	IdleTimeout time.Duration
-	// ShutdownGrace is how long Serve keeps serving after ctx ends, with
-	// /readyz already answering 503, so that load balancers stop routing
-	// new requests here before the listener closes. Zero closes at once.
-	ShutdownGrace time.Duration
-	// ShutdownTimeout bounds the drain after the grace: the requests in
-	// flight finishing (each produced and answered, or answered 503) and
-	// the producer flushing. Defaults to ProduceTimeout + 5s.
-	ShutdownTimeout time.Duration
-	// ServeMetrics also serves GET /metrics (the Gatherer) on the webhook
-	// listener, which gateways and anyone else reach. Defaults to false:
-	// the operator serves the Registerer on a listener of its own
-	// (paystream ingest --metrics-addr).
-	ServeMetrics bool
-	// KafkaOpts are extra franz-go options (TLS, SASL, metrics hooks); they
-	// override ingest's own.
-	KafkaOpts []kgo.Opt
-	// Logger defaults to slog.Default().
-	Logger *slog.Logger
-	// Registerer receives the server's metrics. Defaults to a private registry.
-	Registerer prometheus.Registerer
-	// Gatherer serves /metrics. Defaults to the Registerer when it is a
-	// *prometheus.Registry, else prometheus.DefaultGatherer.
-	Gatherer prometheus.Gatherer
-	// Now is the clock signatures are judged against. Defaults to time.Now.
-	Now func() time.Time
-	// HTTPServer is the HTTP server Serve runs: HTTPServerFast (the
-	// default) or HTTPServerNet. Handler is net/http's either way.
-	HTTPServer string
-	// TracerProvider traces each webhook: a server span per request, and
-	// kotel's producer hook starts the record's publish span under it and
-	// writes its W3C traceparent header on the raw record. Nil or a no-op
-	// provider turns tracing off, at no cost.
-	TracerProvider trace.TracerProvider
-}
-
-// Config defaults.
-const (
-	DefaultLinger               = 2 * time.Millisecond
-	DefaultMaxInFlight          = 2048
-	DefaultMaxBufferedBodyBytes = 256 << 20
-	// DefaultMaxConns keeps idle connections to about 240 MiB on fasthttp.
-	DefaultMaxConns = 10000
 )
 
 // Server receives webhooks.
@@ -188,87 +79,13 @@ type route struct {
 
 // New validates cfg, creates the Kafka producer and returns a Server.
 func New(cfg Config) (*Server, error) {
-	if len(cfg.Sources) == 0 {
-		return nil, errors.New("ingest config: Sources is required")
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("ingest config: Brokers is required")
-	}
-	if cfg.Addr == "" {
-		cfg.Addr = "127.0.0.1:8080"
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = envelope.TopicRaw
-	}
-	if cfg.DLQTopic == "" {
-		cfg.DLQTopic = envelope.TopicDLQ
-	}
-	for _, d := range []struct {
-		name string
-		v    *time.Duration
-		def  time.Duration
-	}{
-		{"ProduceTimeout", &cfg.ProduceTimeout, 5 * time.Second},
-		{"RetryAfter", &cfg.RetryAfter, 5 * time.Second},
-		{"ReadHeaderTimeout", &cfg.ReadHeaderTimeout, 5 * time.Second},
-		{"ReadTimeout", &cfg.ReadTimeout, 15 * time.Second},
-		{"IdleTimeout", &cfg.IdleTimeout, 90 * time.Second},
-	} {
-		if *d.v < 0 {
-			return nil, fmt.Errorf("ingest config: %s must not be negative", d.name)
-		}
-		if *d.v == 0 {
-			*d.v = d.def
-		}
-	}
-	switch {
-	case cfg.ShutdownGrace < 0 || cfg.ShutdownTimeout < 0:
-		return nil, errors.New("ingest config: ShutdownGrace and ShutdownTimeout must not be negative")
-	case cfg.ShutdownTimeout == 0:
-		cfg.ShutdownTimeout = cfg.ProduceTimeout + 5*time.Second
-	}
-	switch {
-	case cfg.Linger == 0:
-		cfg.Linger = DefaultLinger
-	case cfg.Linger < 0:
-		cfg.Linger = 0
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
-	}
-	if cfg.Gatherer == nil {
-		if g, ok := cfg.Registerer.(prometheus.Gatherer); ok {
-			cfg.Gatherer = g
-		} else {
-			cfg.Gatherer = prometheus.DefaultGatherer
-		}
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	switch cfg.HTTPServer {
-	case "":
-		cfg.HTTPServer = HTTPServerFast
-	case HTTPServerNet, HTTPServerFast:
-	default:
-		return nil, fmt.Errorf("ingest config: HTTPServer %q: want %q or %q", cfg.HTTPServer, HTTPServerNet, HTTPServerFast)
-	}
-	if cfg.MaxInFlight < 0 || cfg.MaxBufferedBodyBytes < 0 || cfg.MaxConns < 0 {
-		return nil, errors.New("ingest config: MaxInFlight, MaxBufferedBodyBytes and MaxConns must not be negative")
-	}
-	if cfg.MaxInFlight == 0 {
-		cfg.MaxInFlight = DefaultMaxInFlight
-	}
-	if cfg.MaxBufferedBodyBytes == 0 {
-		cfg.MaxBufferedBodyBytes = DefaultMaxBufferedBodyBytes
-	}
+	// The buffered body bytes hold at least one body of the largest a
+	// source accepts.
 	cfg.MaxBufferedBodyBytes = max(cfg.MaxBufferedBodyBytes, largestBody(cfg.Sources)+1)
-	if cfg.MaxConns == 0 {
-		cfg.MaxConns = DefaultMaxConns
-	}
 	maxRecord, err := MaxRecordBytes(cfg.Sources)
 	if err != nil {
 		return nil, fmt.Errorf("ingest config: %w", err)
