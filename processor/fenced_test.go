@@ -58,11 +58,7 @@ func produceTo(brokers []string, partition int32, recs []*kgo.Record) error {
 // flowing. Before, the fenced worker stayed in the set until Kafka revoked
 // the partition, and every record fetched for it meanwhile was dropped.
 func TestFencedWorkerLeavesAtOnce(t *testing.T) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 2)
-	group := testenv.Group(t)
-	adm := admin(t, brokers)
+	f := setup(t, 2)
 
 	var fencedLogs atomic.Int64
 	logger := slog.New(countingHandler{
@@ -70,22 +66,22 @@ func TestFencedWorkerLeavesAtOnce(t *testing.T) {
 		msg:     "partition fenced: a newer owner claimed it; stopping its worker and fetching",
 		n:       &fencedLogs,
 	})
-	p, _ := newTestProcessor(t, db.Pool, Config{Brokers: brokers, Topic: topic, Group: group, BatchMaxRecords: 10, Logger: logger})
+	p, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 10, Logger: logger})
 	start(t, p)
-	if err := produceTo(brokers, 0, paymentRecords(t, topic, 0, 5)); err != nil {
+	if err := produceTo(f.brokers, 0, paymentRecords(t, f.topic, 0, 5)); err != nil {
 		t.Fatal(err)
 	}
-	if err := produceTo(brokers, 1, paymentRecords(t, topic, 5, 5)); err != nil {
+	if err := produceTo(f.brokers, 1, paymentRecords(t, f.topic, 5, 5)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(adm, db.Pool, group, topic) })
+	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 
 	// A newer owner claims partition 0 behind the group's back.
-	if _, err := db.Pool.Exec(context.Background(),
-		`UPDATE consumer_offsets SET owner_epoch = owner_epoch + 1 WHERE group_id = $1 AND topic = $2 AND partition = 0`, group, topic); err != nil {
+	if _, err := f.db.Pool.Exec(context.Background(),
+		`UPDATE consumer_offsets SET owner_epoch = owner_epoch + 1 WHERE group_id = $1 AND topic = $2 AND partition = 0`, f.group, f.topic); err != nil {
 		t.Fatal(err)
 	}
-	if err := produceTo(brokers, 0, paymentRecords(t, topic, 10, 5)); err != nil {
+	if err := produceTo(f.brokers, 0, paymentRecords(t, f.topic, 10, 5)); err != nil {
 		t.Fatal(err)
 	}
 	hasWorker := func(partition int32) bool {
@@ -96,21 +92,21 @@ func TestFencedWorkerLeavesAtOnce(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, func() bool { return fencedLogs.Load() > 0 }, "the worker of partition 0 fenced")
 	testenv.Eventually(t, 10*time.Second, func() bool { return !hasWorker(0) }, "the fenced worker gone from the worker set")
 	paused := p.kcl.Load().PauseFetchPartitions(nil)
-	if !slices.Contains(paused[topic], 0) {
-		t.Errorf("paused partitions = %v, want partition 0 of %s paused", paused, topic)
+	if !slices.Contains(paused[f.topic], 0) {
+		t.Errorf("paused partitions = %v, want partition 0 of %s paused", paused, f.topic)
 	}
 
 	// More traffic on both partitions: partition 1 still flows, the fenced
 	// one is not fetched, applied or logged again.
-	if err := produceTo(brokers, 0, paymentRecords(t, topic, 15, 5)); err != nil {
+	if err := produceTo(f.brokers, 0, paymentRecords(t, f.topic, 15, 5)); err != nil {
 		t.Fatal(err)
 	}
-	if err := produceTo(brokers, 1, paymentRecords(t, topic, 20, 5)); err != nil {
+	if err := produceTo(f.brokers, 1, paymentRecords(t, f.topic, 20, 5)); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 60*time.Second, func() error {
-		ends := endOffsets(t, brokers, topic)
-		if got := storedOffset(t, db, group, topic, 1); got != ends[1] {
+		ends := testenv.EndOffsets(t, f.brokers, f.topic)
+		if got := storedOffset(t, f.db, f.group, f.topic, 1); got != ends[1] {
 			return fmt.Errorf("partition 1: stored %d, end %d", got, ends[1])
 		}
 		return nil
@@ -121,7 +117,7 @@ func TestFencedWorkerLeavesAtOnce(t *testing.T) {
 	if n := fencedLogs.Load(); n != 1 {
 		t.Errorf("fenced logged %d times, want once", n)
 	}
-	if got, want := storedOffset(t, db, group, topic, 0), int64(20); got != want {
+	if got, want := storedOffset(t, f.db, f.group, f.topic, 0), int64(20); got != want {
 		t.Errorf("partition 0: stored offset %d after fencing, want %d (nothing applied by the fenced worker)", got, want)
 	}
 }

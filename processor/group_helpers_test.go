@@ -90,24 +90,6 @@ func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-// produceSync produces recs with the key partitioner ingest uses and waits
-// for the broker's acks.
-func produceSync(brokers []string, recs ...*kgo.Record) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)),
-		kgo.RequiredAcks(kgo.AllISRAcks()))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("produce %d records: %w", len(recs), err)
-	}
-	return nil
-}
-
 // running is a Processor running in the background.
 type running struct {
 	p      *Processor
@@ -157,6 +139,23 @@ func newTestProcessor(t testing.TB, pool *pgxpool.Pool, cfg Config) (*Processor,
 		t.Fatal(err)
 	}
 	return p, reg
+}
+
+// fixture is what a consumer-group test starts from: a schema of its
+// own, the broker, a raw topic and a group of its own, and an admin client.
+type fixture struct {
+	db      *testenv.DB
+	brokers []string
+	topic   string
+	group   string
+	adm     *kadm.Client
+}
+
+// setup returns a fixture whose raw topic has partitions partitions.
+func setup(t *testing.T, partitions int) fixture {
+	t.Helper()
+	brokers := testenv.Kafka(t)
+	return fixture{db: testenv.NewDB(t), brokers: brokers, topic: testenv.Topic(t, "raw", partitions), group: testenv.Group(t), adm: admin(t, brokers)}
 }
 
 // admin returns an admin client for the test's brokers.
@@ -324,21 +323,6 @@ func (px *pgProxy) close() {
 	px.ln.Close()
 	px.setCut(true)
 	px.wg.Wait()
-}
-
-func endOffsets(t *testing.T, brokers []string, topic string) map[int32]int64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ends, err := admin(t, brokers).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[int32]int64{}
-	for p, o := range ends[topic] {
-		out[p] = o.Offset
-	}
-	return out
 }
 
 func storedOffset(t *testing.T, db *testenv.DB, group, topic string, partition int32) int64 {

@@ -44,19 +44,15 @@ func TestDatabaseOutageTwoMinutes(t *testing.T) {
 }
 
 func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 3)
+	f := setup(t, 3)
 	other := testenv.Topic(t, "other", 1)
-	group := testenv.Group(t)
-	adm := admin(t, brokers)
 
-	px, proxied := newPGProxy(t, db.URL)
+	px, proxied := newPGProxy(t, f.db.URL)
 	pcfg, err := pgxpool.ParseConfig(proxied)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcfg.ConnConfig.RuntimeParams["search_path"] = db.Schema
+	pcfg.ConnConfig.RuntimeParams["search_path"] = f.db.Schema
 	pool, err := pgxpool.NewWithConfig(context.Background(), pcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -64,19 +60,19 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	t.Cleanup(pool.Close)
 
 	const backlog = 100 // payments before the outage
-	if err := produceSync(brokers, paymentRecords(t, topic, 0, backlog)...); err != nil {
+	if err := testenv.TryProduce(f.brokers, paymentRecords(t, f.topic, 0, backlog)...); err != nil {
 		t.Fatal(err)
 	}
 	var kopts []kgo.Opt
 	if rebalanceTimeout > 0 {
 		kopts = append(kopts, kgo.RebalanceTimeout(rebalanceTimeout))
 	}
-	p, reg := newTestProcessor(t, pool, Config{Brokers: brokers, Topic: topic, Group: group,
+	p, reg := newTestProcessor(t, pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group,
 		BatchMaxRecords: 10, MaxBufferedBatches: 2, RetryBackoffMax: 500 * time.Millisecond, KafkaOpts: kopts})
 	proc := start(t, p)
-	testenv.Eventually(t, 60*time.Second, func() bool { return queryInt(t, db.Pool, `SELECT count(*) FROM deliveries`) >= 100 },
+	testenv.Eventually(t, 60*time.Second, func() bool { return queryInt(t, f.db.Pool, `SELECT count(*) FROM deliveries`) >= 100 },
 		"processing under way")
-	memberBefore := rawTopicMember(t, adm, group, topic)
+	memberBefore := rawTopicMember(t, f.adm, f.group, f.topic)
 
 	// Traffic keeps arriving during the outage, as webhooks do.
 	produced := backlog
@@ -92,7 +88,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 				return
 			case <-tick.C:
 			}
-			if err := produceSync(brokers, paymentRecords(t, topic, produced, 3)...); err != nil {
+			if err := testenv.TryProduce(f.brokers, paymentRecords(t, f.topic, produced, 3)...); err != nil {
 				produceErr = err
 				return
 			}
@@ -113,9 +109,9 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	}
 	joinBy := max(outage/2, outage-effectiveRebalance-2*time.Second)
 	testenv.WaitFor(t, joinBy, func() error {
-		ends := endOffsets(t, brokers, topic)
+		ends := testenv.EndOffsets(t, f.brokers, f.topic)
 		for part, end := range ends {
-			if behind := end - storedOffset(t, db, group, topic, part); behind < 100 {
+			if behind := end - storedOffset(t, f.db, f.group, f.topic, part); behind < 100 {
 				return fmt.Errorf("partition %d: %d records behind", part, behind)
 			}
 		}
@@ -123,7 +119,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	})
 	// The broker gives a rebalance the largest rebalance timeout of the
 	// group's members, so the joiner has the processor's.
-	joiner, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(other),
+	joiner, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(f.brokers...), kgo.ConsumerGroup(f.group), kgo.ConsumeTopics(other),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.SessionTimeout(6 * time.Second)}, kopts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -148,9 +144,9 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 		t.Fatal(produceErr)
 	}
 
-	testenv.WaitFor(t, 5*time.Minute, func() error { return storedAtEnd(adm, db.Pool, group, topic) })
+	testenv.WaitFor(t, 5*time.Minute, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 	drain := time.Since(restoredAt)
-	memberAfter := rawTopicMember(t, adm, group, topic)
+	memberAfter := rawTopicMember(t, f.adm, f.group, f.topic)
 	lost := counterVecValue(t, reg, "paystream_processor_partition_events_total", "lost")
 	revoked := counterVecValue(t, reg, "paystream_processor_partition_events_total", "revoked")
 	evicted := memberAfter != memberBefore || lost > 0
@@ -167,7 +163,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	if !lagRose {
 		t.Errorf("lag gauge %v at the cut, %v at most during the outage: it did not rise", lagAtCut, lagPeak)
 	}
-	checkEffects(t, db.Pool, produced)
+	checkEffects(t, f.db.Pool, produced)
 	testenv.Eventually(t, 30*time.Second, func() bool { return gaugeSum(t, reg, "paystream_processor_lag_records") == 0 },
 		"lag gauge back to 0 after the drain")
 	proc.stop()

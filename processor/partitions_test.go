@@ -21,36 +21,32 @@ import (
 // of paystream processor checked the count: a running processor went on,
 // and took the new partition at its next rebalance.
 func TestPartitionsAddedWhileRunningStopTheProcessor(t *testing.T) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 2)
-	group := testenv.Group(t)
-	adm := admin(t, brokers)
+	f := setup(t, 2)
 	ctx := context.Background()
-	if err := store.RecordTopicPartitions(ctx, db.Pool, topic, 2); err != nil {
+	if err := store.RecordTopicPartitions(ctx, f.db.Pool, f.topic, 2); err != nil {
 		t.Fatal(err)
 	}
 
-	p, _ := newTestProcessor(t, db.Pool, Config{Brokers: brokers, Topic: topic, Group: group, BatchMaxRecords: 10})
+	p, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 10})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(runCtx) }()
 	var produced int
 	for partition := range int32(2) {
-		recs := paymentRecords(t, topic, int(partition)*5, 5)
+		recs := paymentRecords(t, f.topic, int(partition)*5, 5)
 		produced += len(recs)
-		if err := produceTo(brokers, partition, recs); err != nil {
+		if err := produceTo(f.brokers, partition, recs); err != nil {
 			t.Fatal(err)
 		}
 	}
-	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(adm, db.Pool, group, topic) })
+	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 
-	if _, err := adm.CreatePartitions(ctx, 1, topic); err != nil {
+	if _, err := f.adm.CreatePartitions(ctx, 1, f.topic); err != nil {
 		t.Fatal(err)
 	}
 	added := time.Now()
-	if err := produceTo(brokers, 2, paymentRecords(t, topic, 100, 3)); err != nil {
+	if err := produceTo(f.brokers, 2, paymentRecords(t, f.topic, 100, 3)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -70,7 +66,7 @@ func TestPartitionsAddedWhileRunningStopTheProcessor(t *testing.T) {
 		{`SELECT count(*) FROM consumer_offsets WHERE topic = $1 AND partition = 2`, 0},
 		{`SELECT count(*) FROM deliveries WHERE topic = $1 AND partition < 2`, produced},
 	} {
-		if got := queryInt(t, db.Pool, c.q, topic); got != c.want {
+		if got := queryInt(t, f.db.Pool, c.q, f.topic); got != c.want {
 			t.Errorf("%s = %d, want %d", c.q, got, c.want)
 		}
 	}

@@ -28,9 +28,7 @@ import (
 // transaction, and applies its answer; when the gateway fails, the events
 // keep waiting and the sweeper retries after RefetchRetry.
 func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 2)
+	f := setup(t, 2)
 	gw := gatewaytest.New(t)
 	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 	gw.SetPayment("pay_a", gatewaytest.Payment{PaymentID: "pay_a", Status: "partially_refunded", Amount: 5000, Currency: "BRL",
@@ -45,8 +43,8 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		t.Fatal("standardwebhooks driver does not implement provider.Refetcher")
 	}
 	reg := prometheus.NewRegistry()
-	p, err := New(db.Pool, Config{
-		Brokers: brokers, Topic: topic, Group: testenv.Group(t), Registerer: reg,
+	p, err := New(f.db.Pool, Config{
+		Brokers: f.brokers, Topic: f.topic, Group: testenv.Group(t), Registerer: reg,
 		Refetch: map[string]*source.RefetchConfig{"acme": {
 			Refetcher: refetcher, BaseURL: gw.URL(), Token: gw.Token(), Rate: 100, Burst: 10, Timeout: 2 * time.Second,
 		}},
@@ -72,17 +70,17 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer cl.Close()
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte(env.PaymentKey), Value: v}).FirstErr(); err != nil {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: f.topic, Key: []byte(env.PaymentKey), Value: v}).FirstErr(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	paymentState := func(key string) (status string, version int64) {
-		err := db.Pool.QueryRow(ctx, `SELECT status, version FROM payments WHERE payment_key = $1`, key).Scan(&status, &version)
+		err := f.db.Pool.QueryRow(ctx, `SELECT status, version FROM payments WHERE payment_key = $1`, key).Scan(&status, &version)
 		if err != nil {
 			return "", 0
 		}
@@ -96,7 +94,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		return s == "partially_refunded"
 	}, "pay_a to reach the refetched state")
 	var captured, refunded int64
-	if err := db.Pool.QueryRow(ctx, `
+	if err := f.db.Pool.QueryRow(ctx, `
 		SELECT COALESCE(sum(amount_minor) FILTER (WHERE account = 'merchant_payable' AND amount_minor < 0), 0),
 		       COALESCE(sum(amount_minor) FILTER (WHERE account = 'merchant_payable' AND amount_minor > 0), 0)
 		  FROM ledger_postings WHERE payment_key = 'acme:pay_a'`).Scan(&captured, &refunded); err != nil {
@@ -113,7 +111,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 	produce("pay_b", "evt_b1")
 	testenv.Eventually(t, 30*time.Second, func() bool {
 		var reason string
-		_ = db.Pool.QueryRow(ctx, `SELECT COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1' AND status = 'deferred'`).Scan(&reason)
+		_ = f.db.Pool.QueryRow(ctx, `SELECT COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1' AND status = 'deferred'`).Scan(&reason)
 		s, _ := paymentState("acme:pay_b")
 		return reason == reasonAwaitingRefetch || s == "paid"
 	}, "evt_b1 to wait for its refetch")
@@ -122,7 +120,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		return s == "paid"
 	}, "the sweeper to apply pay_b once the gateway answers")
 	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1'`).Scan(&status, &reason); err != nil {
+	if err := f.db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1'`).Scan(&status, &reason); err != nil {
 		t.Fatal(err)
 	}
 	if status != "processed" {
@@ -132,7 +130,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		t.Errorf("gateway saw %d requests for pay_b, want the failed one and a retry", n)
 	}
 	var transitions int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM payment_transitions WHERE payment_key = 'acme:pay_b'`).Scan(&transitions); err != nil {
+	if err := f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM payment_transitions WHERE payment_key = 'acme:pay_b'`).Scan(&transitions); err != nil {
 		t.Fatal(err)
 	}
 	if transitions != 1 {

@@ -26,27 +26,36 @@ func replayRecord(t *testing.T, offset int64, paymentID, eventID string, f payme
 	return &kgo.Record{Topic: "raw", Partition: 0, Offset: offset, Key: []byte(env.PaymentKey), Value: v}
 }
 
-// TestReplayAppliesHeldPaymentOnce: a record that fails deterministically is
-// quarantined and its payment held while other payments flow; later events
-// of the held payment wait; after the fix, Replay applies them all exactly
-// once, and a second Replay has nothing to do.
-func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
+// buggyDB returns a schema where Postgres refuses every transition of
+// acme:pay_bad (the "bug" a fix later removes: DROP TRIGGER refuse_bad),
+// after running more (SQL, may be empty), and partition 0 of "raw" claimed
+// for group "g" at the returned epoch.
+func buggyDB(t *testing.T, more string) (*testenv.DB, int64) {
+	t.Helper()
 	db := testenv.NewDB(t)
-	ctx := context.Background()
-	// The "bug": Postgres refuses every transition of pay_bad.
-	if _, err := db.Pool.Exec(ctx, `
+	if _, err := db.Pool.Exec(t.Context(), `
 		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation', CONSTRAINT = 'simulated_bug'; END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
+		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`+more); err != nil {
 		t.Fatal(err)
 	}
-	epoch, _, _, err := claim(ctx, db.Pool, "g", "raw", 0)
+	epoch, _, _, err := claim(t.Context(), db.Pool, "g", "raw", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return db, epoch
+}
+
+// TestReplayAppliesHeldPaymentOnce: a record that fails deterministically is
+// quarantined and its payment held while other payments flow; later events
+// of the held payment wait; after the fix, Replay applies them all exactly
+// once, and a second Replay has nothing to do.
+func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
+	db, epoch := buggyDB(t, "")
+	ctx := context.Background()
 	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	paid := payment.Fact{Status: payment.StatusPaid, AmountMinor: 500, Currency: "BRL", OccurredAt: at}
 	refund := payment.Fact{Status: payment.StatusPartiallyRefunded, AmountMinor: 100, Currency: "BRL", RefundID: "re_1", OccurredAt: at.Add(time.Hour)}
@@ -132,23 +141,10 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 // says so with ErrOutcomeChanged. The other writer here holds the event's
 // row lock, so Replay's write waits for it and then finds the row changed.
 func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
-	db := testenv.NewDB(t)
-	ctx := context.Background()
 	// pay_bad's first event is quarantined (Postgres refuses its
 	// transition), so the payment is held and its refund waits.
-	if _, err := db.Pool.Exec(ctx, `
-		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation', CONSTRAINT = 'simulated_bug'; END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();`); err != nil {
-		t.Fatal(err)
-	}
-	epoch, _, _, err := claim(ctx, db.Pool, "g", "raw", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	db, epoch := buggyDB(t, "")
+	ctx := context.Background()
 	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	recs := []*kgo.Record{
 		replayRecord(t, 0, "pay_bad", "e1", payment.Fact{Status: payment.StatusPaid, AmountMinor: 500, Currency: "BRL", OccurredAt: at}),
@@ -234,28 +230,15 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 // that no longer exists: a lost update that leaves the refund deferred
 // forever. Replay must wait, then apply both.
 func TestReplayWaitsForABatchInFlight(t *testing.T) {
-	db := testenv.NewDB(t)
-	ctx := context.Background()
 	const gate = 7_304_221 // advisory lock key: the test holds it, the batch waits for it
-	if _, err := db.Pool.Exec(ctx, `
-		CREATE FUNCTION refuse_bad() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
-			IF NEW.payment_key = 'acme:pay_bad' THEN RAISE EXCEPTION 'simulated bug' USING ERRCODE = 'check_violation', CONSTRAINT = 'simulated_bug'; END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER refuse_bad BEFORE INSERT ON payment_transitions FOR EACH ROW EXECUTE FUNCTION refuse_bad();
+	db, epoch := buggyDB(t, `
 		CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN
 			IF NEW.event_id = 'e2' THEN PERFORM pg_advisory_xact_lock_shared(`+fmt.Sprint(gate)+`); END IF;
 			RETURN NEW;
 		END $$;
-		CREATE TRIGGER gate BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION gate();`); err != nil {
-		t.Fatal(err)
-	}
-	epoch, _, _, err := claim(ctx, db.Pool, "g", "raw", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+		CREATE TRIGGER gate BEFORE INSERT ON deliveries FOR EACH ROW EXECUTE FUNCTION gate();`)
+	ctx := context.Background()
 	at := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 	a := &applier{now: time.Now}
 	paid := replayRecord(t, 0, "pay_bad", "e1", payment.Fact{Status: payment.StatusPaid, AmountMinor: 500, Currency: "BRL", OccurredAt: at})

@@ -17,31 +17,27 @@ import (
 // instead, applying nothing more, and a restart must resume from
 // Postgres's offset: every record is then applied exactly once.
 func TestStoredOffsetGoingBackStopsTheProcessor(t *testing.T) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 1)
-	group := testenv.Group(t)
-	adm := admin(t, brokers)
+	f := setup(t, 1)
 	ctx := context.Background()
 
-	p, _ := newTestProcessor(t, db.Pool, Config{Brokers: brokers, Topic: topic, Group: group, BatchMaxRecords: 10})
+	p, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 10})
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(runCtx) }()
 
-	if err := produceTo(brokers, 0, paymentRecords(t, topic, 0, 5)); err != nil {
+	if err := produceTo(f.brokers, 0, paymentRecords(t, f.topic, 0, 5)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(adm, db.Pool, group, topic) })
+	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 
 	// Postgres loses the commits past offset 8: their rows stay (the
 	// restart below sees those records as redeliveries), the offset goes
 	// back.
-	if _, err := db.Pool.Exec(ctx, `UPDATE consumer_offsets SET next_offset = 8 WHERE group_id = $1 AND topic = $2`, group, topic); err != nil {
+	if _, err := f.db.Pool.Exec(ctx, `UPDATE consumer_offsets SET next_offset = 8 WHERE group_id = $1 AND topic = $2`, f.group, f.topic); err != nil {
 		t.Fatal(err)
 	}
-	if err := produceTo(brokers, 0, paymentRecords(t, topic, 5, 2)); err != nil {
+	if err := produceTo(f.brokers, 0, paymentRecords(t, f.topic, 5, 2)); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -50,20 +46,20 @@ func TestStoredOffsetGoingBackStopsTheProcessor(t *testing.T) {
 			t.Fatalf("Run = %v, want ErrOffsetRolledBack", err)
 		}
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the processor still runs 60 s after Postgres's offset went back; stored offset now %d", storedOffset(t, db, group, topic, 0))
+		t.Fatalf("the processor still runs 60 s after Postgres's offset went back; stored offset now %d", storedOffset(t, f.db, f.group, f.topic, 0))
 	}
-	if got := queryInt(t, db.Pool, `SELECT count(*) FROM deliveries`); got != 20 {
+	if got := queryInt(t, f.db.Pool, `SELECT count(*) FROM deliveries`); got != 20 {
 		t.Errorf("deliveries after the stop = %d, want the first 20 (nothing applied past the gap)", got)
 	}
-	if got := storedOffset(t, db, group, topic, 0); got != 8 {
+	if got := storedOffset(t, f.db, f.group, f.topic, 0); got != 8 {
 		t.Errorf("stored offset after the stop = %d, want 8", got)
 	}
 
 	// A restart resumes from 8: records 8..19 come again as redeliveries,
 	// the 8 new ones apply.
-	p2, _ := newTestProcessor(t, db.Pool, Config{Brokers: brokers, Topic: topic, Group: group, BatchMaxRecords: 10})
+	p2, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 10})
 	start(t, p2)
-	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(adm, db.Pool, group, topic) })
+	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 	for _, c := range []struct {
 		what string
 		sql  string
@@ -75,7 +71,7 @@ func TestStoredOffsetGoingBackStopsTheProcessor(t *testing.T) {
 		{"redeliveries", `SELECT count(*) FROM deliveries WHERE reason = 'duplicate_event'`, 5 + 12 + 2},
 		{"payments partially refunded", `SELECT count(*) FROM payments WHERE status = 'partially_refunded'`, 7},
 	} {
-		if got := queryInt(t, db.Pool, c.sql); got != c.want {
+		if got := queryInt(t, f.db.Pool, c.sql); got != c.want {
 			t.Errorf("%s = %d, want %d", c.what, got, c.want)
 		}
 	}

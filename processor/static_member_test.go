@@ -22,24 +22,20 @@ import (
 // (its owner epochs do not move), while the restarted member claims its
 // own partitions once each.
 func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 4)
-	group := testenv.Group(t)
-	adm := admin(t, brokers)
+	f := setup(t, 4)
 	cfg := func(instance string) Config {
-		return Config{Brokers: brokers, Topic: topic, Group: group, InstanceID: instance, SessionTimeout: 30 * time.Second}
+		return Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, InstanceID: instance, SessionTimeout: 30 * time.Second}
 	}
 
-	pa, _ := newTestProcessor(t, db.Pool, cfg("a"))
+	pa, _ := newTestProcessor(t, f.db.Pool, cfg("a"))
 	ra := start(t, pa)
-	pb, regB := newTestProcessor(t, db.Pool, cfg("b"))
+	pb, regB := newTestProcessor(t, f.db.Pool, cfg("b"))
 	start(t, pb)
 	var before map[string]groupMember
 	testenv.WaitFor(t, 2*time.Minute, func() error {
 		var err error
-		before, err = splitEvenly(adm, group, topic, 2)
-		if err == nil && len(claimedEpochs(t, db, group, topic)) != 4 {
+		before, err = splitEvenly(f.adm, f.group, f.topic, 2)
+		if err == nil && len(claimedEpochs(t, f.db, f.group, f.topic)) != 4 {
 			err = errors.New("not every partition claimed yet")
 		}
 		return err
@@ -54,7 +50,7 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 		return nil
 	})
 	eventsB := partitionEvents(t, regB)
-	epochs := claimedEpochs(t, db, group, topic)
+	epochs := claimedEpochs(t, f.db, f.group, f.topic)
 
 	// Restart a: a clean stop (a static member does not leave the group),
 	// then a new processor with the same instance id.
@@ -63,7 +59,7 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 	// a wait for something. A dynamic member's partitions move to b
 	// meanwhile and back when it returns; a static one's wait for it.
 	time.Sleep(restartGap)
-	pa2, _ := newTestProcessor(t, db.Pool, cfg("a"))
+	pa2, _ := newTestProcessor(t, f.db.Pool, cfg("a"))
 	start(t, pa2)
 	testenv.WaitFor(t, time.Minute, func() error {
 		pa2.mu.Lock()
@@ -75,11 +71,11 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 		}
 		return nil
 	})
-	if err := produceSync(brokers, paymentRecords(t, topic, 0, 20)...); err != nil {
+	if err := testenv.TryProduce(f.brokers, paymentRecords(t, f.topic, 0, 20)...); err != nil {
 		t.Fatal(err)
 	}
-	testenv.WaitFor(t, time.Minute, func() error { return storedAtEnd(adm, db.Pool, group, topic) })
-	after, err := splitEvenly(adm, group, topic, 2)
+	testenv.WaitFor(t, time.Minute, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
+	after, err := splitEvenly(f.adm, f.group, f.topic, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +89,7 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 	if !slices.Equal(after["a"].partitions, before["a"].partitions) {
 		t.Errorf("a: partitions %v before the restart, %v after", before["a"].partitions, after["a"].partitions)
 	}
-	now := claimedEpochs(t, db, group, topic)
+	now := claimedEpochs(t, f.db, f.group, f.topic)
 	for part, epoch := range epochs {
 		want := epoch
 		if slices.Contains(before["a"].partitions, part) {
@@ -103,7 +99,7 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 			t.Errorf("partition %d: owner epoch %d → %d, want %d", part, epoch, now[part], want)
 		}
 	}
-	checkEffects(t, db.Pool, 20)
+	checkEffects(t, f.db.Pool, 20)
 }
 
 // restartGap is how long the restarted processor is away.

@@ -91,9 +91,7 @@ func (g gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // filled, the shared poll loop blocked on it, and partitions 2 and 3 waited
 // behind the gateway.
 func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	topic := testenv.Topic(t, "raw", 4)
+	f := setup(t, 4)
 	gw := gatewaytest.New(t)
 	gw.Delay(2 * time.Second)
 	open := make(chan struct{})
@@ -115,8 +113,8 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 
 	refetch := refetchSource(t, gw, 5)
 	refetch["mp"].Timeout = 5 * time.Minute // the gate, not the timeout, decides when answers come
-	p, err := New(db.Pool, Config{
-		Brokers: brokers, Topic: topic, Group: testenv.Group(t), Registerer: prometheus.NewRegistry(), Logger: slogDiscard(),
+	p, err := New(f.db.Pool, Config{
+		Brokers: f.brokers, Topic: f.topic, Group: testenv.Group(t), Registerer: prometheus.NewRegistry(), Logger: slogDiscard(),
 		Refetch: refetch, RefetchRetry: time.Second, HTTPClient: client,
 	})
 	if err != nil {
@@ -131,7 +129,7 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 	// How far each source got: acme records applied, mp events settled
 	// (refetched and decided, not waiting any more).
 	measure := func() (acme, mp int) {
-		_ = db.Pool.QueryRow(context.Background(), `
+		_ = f.db.Pool.QueryRow(context.Background(), `
 			SELECT (SELECT count(*) FROM deliveries WHERE source = 'acme' AND status = 'processed'),
 			       (SELECT count(*) FROM deliveries WHERE source = 'mp' AND status IN ('processed', 'ignored'))`).Scan(&acme, &mp)
 		return acme, mp
@@ -139,7 +137,7 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 
 	// Live traffic: each round, acmePerRound paid payments on partitions 2
 	// and 3 and one thin event on each of partitions 0 and 1.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +146,11 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 		var recs []*kgo.Record
 		for part := range 2 {
 			id := fmt.Sprintf("mp_%d_%d", part, r%2)
-			recs = append(recs, thinRecord(t, topic, int32(part), id, fmt.Sprintf("evt_%s_%d", id, r)))
+			recs = append(recs, thinRecord(t, f.topic, int32(part), id, fmt.Sprintf("evt_%s_%d", id, r)))
 		}
 		for i := range acmePerRound {
 			id := fmt.Sprintf("acme_%d_%d", r, i)
-			recs = append(recs, paidRecord(t, topic, int32(2+i%2), id, "evt_"+id, 500))
+			recs = append(recs, paidRecord(t, f.topic, int32(2+i%2), id, "evt_"+id, 500))
 		}
 		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -182,7 +180,7 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 	for id, want := range mpAmount {
 		var status string
 		var amount, captured int64
-		err := db.Pool.QueryRow(ctx, `
+		err := f.db.Pool.QueryRow(ctx, `
 			SELECT status, amount_minor,
 			       (SELECT COALESCE(sum(amount_minor), 0) FROM ledger_postings l WHERE l.payment_key = p.payment_key AND l.amount_minor > 0)
 			  FROM payments p WHERE payment_key = $1`, "mp:"+id).Scan(&status, &amount, &captured)
@@ -194,7 +192,7 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 		}
 	}
 	var processed int
-	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE source = 'mp' AND status = 'processed'`).Scan(&processed); err != nil {
+	if err := f.db.Pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE source = 'mp' AND status = 'processed'`).Scan(&processed); err != nil {
 		t.Fatal(err)
 	}
 	if processed != len(mpAmount) {
