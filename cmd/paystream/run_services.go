@@ -208,6 +208,24 @@ type processorCmd struct {
 	Sources string `help:"Sources file; the processor reads it only for the sources that refetch from their gateway's API (mercadopago, zoop, refetch: true)." env:"PAYSTREAM_SOURCES" type:"existingfile" placeholder:"FILE"`
 }
 
+// serviceKafka returns the Kafka settings of a service working on Kafka
+// and Postgres (brokers and client options), once every setting it needs
+// is there and the brokers answered (see checkKafka): every missing
+// setting is reported before anything is dialed.
+func serviceKafka(ctx context.Context, e *env, k kafkaFlags, d dbFlags) ([]string, []kgo.Opt, error) {
+	brokers, opts, err := k.kafka(e.log)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := d.required(); err != nil {
+		return nil, nil, err
+	}
+	if err := k.checkKafka(ctx, e.log, brokers); err != nil {
+		return nil, nil, err
+	}
+	return brokers, opts, nil
+}
+
 func (c *processorCmd) Help() string {
 	return `Each assigned partition gets one worker that applies its records in order, in batches; a batch is
 one Postgres transaction holding the deliveries, transitions, ledger movements, state events (WAL
@@ -216,15 +234,8 @@ partition's next offset. Scale by adding replicas, up to the raw topic's partiti
 }
 
 func (c *processorCmd) Run(ctx context.Context, e *env) error {
-	brokers, kafkaOpts, err := c.kafka(e.log)
+	brokers, kafkaOpts, err := serviceKafka(ctx, e, c.kafkaFlags, c.dbFlags)
 	if err != nil {
-		return err
-	}
-	// Every missing setting is reported before anything is dialed.
-	if err := c.dbFlags.required(); err != nil {
-		return err
-	}
-	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
 		return err
 	}
 	maxConns := c.DBMaxConns
@@ -354,14 +365,8 @@ max_slot_wal_keep_size (watch paystream_sink_slot_lag_bytes and paystream_sink_s
 }
 
 func (c *sinkCmd) Run(ctx context.Context, e *env) error {
-	brokers, kafkaOpts, err := c.kafka(e.log)
+	brokers, kafkaOpts, err := serviceKafka(ctx, e, c.kafkaFlags, c.dbFlags)
 	if err != nil {
-		return err
-	}
-	if err := c.dbFlags.required(); err != nil {
-		return err
-	}
-	if err := c.checkKafka(ctx, e.log, brokers); err != nil {
 		return err
 	}
 	pool, err := c.pool(ctx)
