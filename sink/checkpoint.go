@@ -150,17 +150,22 @@ func ensureCheckpointTopic(ctx context.Context, adm *kadm.Client, topic string) 
 	if listed.Has(topic) {
 		return nil
 	}
-	spec := topics.CheckpointSpec(topic, -1)
+	return createTopic(ctx, adm, topics.CheckpointSpec(topic, -1), "checkpoint topic")
+}
+
+// createTopic creates the topic of spec, unless another client just did;
+// what names it in the error ("create checkpoint topic NAME: ...").
+func createTopic(ctx context.Context, adm *kadm.Client, spec topics.Spec, what string) error {
 	configs := make(map[string]*string, len(spec.Configs))
 	for k, v := range spec.Configs {
 		configs[k] = &v
 	}
-	resp, err := adm.CreateTopic(ctx, spec.Partitions, spec.ReplicationFactor, configs, topic)
+	resp, err := adm.CreateTopic(ctx, spec.Partitions, spec.ReplicationFactor, configs, spec.Name)
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create checkpoint topic %s: %w", topic, err)
+		return fmt.Errorf("create %s %s: %w", what, spec.Name, err)
 	}
 	return nil
 }

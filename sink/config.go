@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -100,61 +101,68 @@ func New(pool *pgxpool.Pool, cfg Config) (*Relay, error) {
 	if pool == nil {
 		return nil, errors.New("sink: pool is required")
 	}
-	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("sink config: Brokers is required")
-	}
-	if cfg.Topic == "" {
-		cfg.Topic = envelope.TopicState
-	}
-	if cfg.CheckpointTopic == "" {
-		cfg.CheckpointTopic = DefaultCheckpointTopic
-	}
-	if len(cfg.Slot) > maxIdentifier {
-		return nil, fmt.Errorf("sink config: Slot %q is longer than %d bytes", cfg.Slot, maxIdentifier)
-	}
-	if cfg.MaxBatchEvents == 0 {
-		cfg.MaxBatchEvents = 5000
-	}
-	defaults := []struct {
-		name string
-		d    *time.Duration
-		def  time.Duration
-	}{
-		{"MaxBatchDelay", &cfg.MaxBatchDelay, 20 * time.Millisecond},
-		{"StatusInterval", &cfg.StatusInterval, 10 * time.Second},
-		{"HeartbeatInterval", &cfg.HeartbeatInterval, 10 * time.Second},
-		{"StandbyRetry", &cfg.StandbyRetry, time.Second},
-		{"LostSlotRetry", &cfg.LostSlotRetry, 10 * time.Second},
-		{"TransactionTimeout", &cfg.TransactionTimeout, 30 * time.Second},
-	}
-	for _, d := range defaults {
-		if *d.d == 0 {
-			*d.d = d.def
-		}
-		if *d.d < 0 {
-			return nil, fmt.Errorf("sink config: %s %s must be positive", d.name, *d.d)
-		}
-	}
-	if cfg.MaxBatchEvents < 0 {
-		return nil, fmt.Errorf("sink config: MaxBatchEvents %d must be positive", cfg.MaxBatchEvents)
-	}
-	if _, err := ParseFormat(string(cfg.StateFormat)); err != nil {
-		return nil, fmt.Errorf("sink config: StateFormat: %w", err)
-	}
-	if cfg.StateFormat == FormatAvro && cfg.SchemaRegistry == nil {
-		return nil, errors.New("sink config: SchemaRegistry is required with StateFormat avro")
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
 	return &Relay{cfg: cfg, pool: pool, log: cfg.Logger, metrics: m}, nil
+}
+
+// withDefaults returns c with each field left at its zero value set to
+// the default its comment states.
+func (c Config) withDefaults() Config {
+	c.Topic = cmp.Or(c.Topic, envelope.TopicState)
+	c.CheckpointTopic = cmp.Or(c.CheckpointTopic, DefaultCheckpointTopic)
+	c.MaxBatchEvents = cmp.Or(c.MaxBatchEvents, 5000)
+	c.MaxBatchDelay = cmp.Or(c.MaxBatchDelay, 20*time.Millisecond)
+	c.StatusInterval = cmp.Or(c.StatusInterval, 10*time.Second)
+	c.HeartbeatInterval = cmp.Or(c.HeartbeatInterval, 10*time.Second)
+	c.StandbyRetry = cmp.Or(c.StandbyRetry, time.Second)
+	c.LostSlotRetry = cmp.Or(c.LostSlotRetry, 10*time.Second)
+	c.TransactionTimeout = cmp.Or(c.TransactionTimeout, 30*time.Second)
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Registerer = cmp.Or[prometheus.Registerer](c.Registerer, prometheus.NewRegistry())
+	return c
+}
+
+// validate reports the first field of c (defaults applied) whose value
+// cannot work, by name.
+func (c *Config) validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("sink config: Brokers is required")
+	}
+	positive := []struct {
+		name string
+		v    time.Duration
+	}{
+		{"MaxBatchDelay", c.MaxBatchDelay},
+		{"StatusInterval", c.StatusInterval},
+		{"HeartbeatInterval", c.HeartbeatInterval},
+		{"StandbyRetry", c.StandbyRetry},
+		{"LostSlotRetry", c.LostSlotRetry},
+		{"TransactionTimeout", c.TransactionTimeout},
+	}
+	for _, d := range positive {
+		if d.v < 0 {
+			return fmt.Errorf("sink config: %s %s must be positive", d.name, d.v)
+		}
+	}
+	if _, err := ParseFormat(string(c.StateFormat)); err != nil {
+		return fmt.Errorf("sink config: StateFormat: %w", err)
+	}
+	switch {
+	case len(c.Slot) > maxIdentifier:
+		return fmt.Errorf("sink config: Slot %q is longer than %d bytes", c.Slot, maxIdentifier)
+	case c.MaxBatchEvents < 0:
+		return fmt.Errorf("sink config: MaxBatchEvents %d must be positive", c.MaxBatchEvents)
+	case c.StateFormat == FormatAvro && c.SchemaRegistry == nil:
+		return errors.New("sink config: SchemaRegistry is required with StateFormat avro")
+	}
+	return nil
 }
 
 // The roles of a Relay's Kafka clients, as Config.KafkaClientOpts names them.

@@ -2,11 +2,9 @@ package sink
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/topics"
@@ -51,17 +49,5 @@ func ensureLatestTopic(ctx context.Context, adm *kadm.Client, state, latest stri
 	if !ok || st.Err != nil || len(st.Partitions) == 0 {
 		return fmt.Errorf("create latest-state topic %s: state topic %s not found (paystream migrate creates both)", latest, state)
 	}
-	spec := topics.LatestSpec(latest, int32(len(st.Partitions)), -1)
-	configs := make(map[string]*string, len(spec.Configs))
-	for k, v := range spec.Configs {
-		configs[k] = &v
-	}
-	resp, err := adm.CreateTopic(ctx, spec.Partitions, spec.ReplicationFactor, configs, latest)
-	if err == nil {
-		err = resp.Err
-	}
-	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return fmt.Errorf("create latest-state topic %s: %w", latest, err)
-	}
-	return nil
+	return createTopic(ctx, adm, topics.LatestSpec(latest, int32(len(st.Partitions)), -1), "latest-state topic")
 }
