@@ -132,7 +132,7 @@ func TestLargestBodiesAccepted(t *testing.T) {
 		if d := consume(t, brokers, dlq, 1); len(d[0].Value) < limit {
 			t.Fatalf("DLQ record of %d bytes, want the 1 MiB body in it", len(d[0].Value))
 		}
-		if n := endOffsets(t, brokers, raw); n != 1 {
+		if n := testenv.EndOffsetSum(t, brokers, raw); n != 1 {
 			t.Errorf("raw topic has %d records, want 1", n)
 		}
 	})
@@ -430,7 +430,7 @@ func TestStringAmountDeadLettered(t *testing.T) {
 		if !strings.Contains(env.Reason, "bad amount") {
 			t.Errorf("DLQ reason %q, want a bad amount", env.Reason)
 		}
-		if n := endOffsets(t, b.brokers, b.raw); n != 0 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != 0 {
 			t.Errorf("raw topic has %d records, want 0", n)
 		}
 	})

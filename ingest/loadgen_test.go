@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/paystream/paystream/internal/lab/loadgen"
+	"github.com/paystream/paystream/internal/testenv"
 )
 
 // TestLoadGeneratorIsAccepted: the load generator's webhooks, for every
@@ -41,10 +42,10 @@ func TestLoadGeneratorIsAccepted(t *testing.T) {
 		if res.Sent != n || res.Status[200] != n {
 			t.Fatalf("sent %d, status %v, errors %v; want %d × 200", res.Sent, res.Status, res.Errors, n)
 		}
-		if got := endOffsets(t, b.brokers, b.raw); got != n {
+		if got := testenv.EndOffsetSum(t, b.brokers, b.raw); got != n {
 			t.Errorf("raw topic holds %d records, want %d", got, n)
 		}
-		if got := endOffsets(t, b.brokers, b.dlq); got != 0 {
+		if got := testenv.EndOffsetSum(t, b.brokers, b.dlq); got != 0 {
 			t.Errorf("DLQ holds %d records, want 0", got)
 		}
 		mfs := scrape(t, b.url)

@@ -2,7 +2,6 @@ package ingest_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,16 +9,12 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -274,6 +269,22 @@ func postTo(t testing.TB, base string, w webhook) (*http.Response, string) {
 		t.Fatal(err)
 	}
 	req.Header = w.header.Clone()
+	return do(t, req)
+}
+
+func get(t testing.TB, u string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, body := do(t, req)
+	return resp.StatusCode, body
+}
+
+// do sends req and returns its response with the body read.
+func do(t testing.TB, req *http.Request) (*http.Response, string) {
+	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -286,82 +297,21 @@ func postTo(t testing.TB, base string, w webhook) (*http.Response, string) {
 	return resp, string(body)
 }
 
-func get(t testing.TB, u string) (int, string) {
-	t.Helper()
-	resp, err := http.Get(u)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
-
-// endOffsets sums the end offsets of topic's partitions: how many records
-// were ever produced to it.
-func endOffsets(t testing.TB, brokers []string, topic string) int64 {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			t.Fatalf("end offset of %s/%d: %v", o.Topic, o.Partition, o.Err)
-		}
-		total += o.Offset
-	})
-	return total
-}
-
-// consume reads topic from the start until want records arrived, failing
-// the test if they have not within 15s.
+// consume returns topic's records, failing the test unless there are at
+// least want: ingest answers 200 only once the broker acknowledged them.
 func consume(t testing.TB, brokers []string, topic string, want int) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
+	recs := testenv.ReadCommitted(t, brokers, topic)
+	if len(recs) < want {
+		t.Fatalf("%d records on %s, want %d", len(recs), topic, want)
 	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	var out []*kgo.Record
-	for len(out) < want {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("consumed %d records of %s within 15s, want %d", len(out), topic, want)
-		}
-		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("consume %s/%d: %v", topic, p, err) })
-		out = append(out, fs.Records()...)
-	}
-	return out
+	return recs
 }
 
-// scrape fetches /metrics and parses it.
+// scrape fetches base's /metrics and parses it.
 func scrape(t testing.TB, base string) map[string]*dto.MetricFamily {
 	t.Helper()
-	code, body := get(t, base+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: status %d", code)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := p.TextToMetricFamilies(strings.NewReader(body))
-	if err != nil {
-		t.Fatalf("parse /metrics: %v\n%s", err, body)
-	}
-	return mfs
+	return testenv.Scrape(t, base+"/metrics")
 }
 
 // metricValue returns the value of the counter or gauge name with exactly

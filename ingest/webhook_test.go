@@ -43,7 +43,7 @@ func TestEveryDriverEndToEnd(t *testing.T) {
 			}
 		}
 		recs := consume(t, b.brokers, b.raw, len(cases))
-		if n := endOffsets(t, b.brokers, b.raw); n != int64(len(cases)) {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != int64(len(cases)) {
 			t.Fatalf("raw topic holds %d records, want %d", n, len(cases))
 		}
 		byKey := map[string][]byte{}
@@ -124,7 +124,7 @@ func TestDuplicateDeliveryIsAccepted(t *testing.T) {
 				t.Fatalf("delivery %d: %d %q", i, resp.StatusCode, body)
 			}
 		}
-		if n := endOffsets(t, b.brokers, b.raw); n != 3 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != 3 {
 			t.Errorf("raw topic holds %d records, want 3", n)
 		}
 	})
@@ -189,7 +189,7 @@ func TestUnprocessableIsDeadLettered(t *testing.T) {
 		if len(sent) != 0 {
 			t.Errorf("not dead-lettered: %v", sent)
 		}
-		if n := endOffsets(t, b.brokers, b.raw); n != 0 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != 0 {
 			t.Errorf("raw topic holds %d records, want 0", n)
 		}
 		mfs := scrape(t, b.url)
@@ -230,10 +230,10 @@ func TestIrrelevantIsAcknowledgedNotKept(t *testing.T) {
 		if resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_ok_"+uniq(), now, paidBody("pay_ok", now))); resp.StatusCode != http.StatusOK {
 			t.Fatalf("valid webhook: %d", resp.StatusCode)
 		}
-		if n := endOffsets(t, b.brokers, b.raw); n != 1 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != 1 {
 			t.Errorf("raw topic holds %d records, want only the valid one", n)
 		}
-		if n := endOffsets(t, b.brokers, b.dlq); n != 0 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.dlq); n != 0 {
 			t.Errorf("DLQ holds %d records, want 0", n)
 		}
 		mfs := scrape(t, b.url)
@@ -286,7 +286,7 @@ func TestNotAuthenticIsRejectedBeforeParsing(t *testing.T) {
 			}
 			want[[2]string{c.w.source, c.reason}]++
 		}
-		if n := endOffsets(t, b.brokers, b.raw) + endOffsets(t, b.brokers, b.dlq); n != 0 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw) + testenv.EndOffsetSum(t, b.brokers, b.dlq); n != 0 {
 			t.Errorf("%d records produced for unauthentic requests, want 0", n)
 		}
 		mfs := scrape(t, b.url)
@@ -316,7 +316,7 @@ func TestBodyLimitIsPerSource(t *testing.T) {
 		if resp, _ := b.post(t, signedStandard(t, "nobody", swSecret, "msg_x", now, body)); resp.StatusCode != http.StatusNotFound {
 			t.Errorf("unknown source: %d, want 404", resp.StatusCode)
 		}
-		if n := endOffsets(t, b.brokers, b.raw); n != 0 {
+		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != 0 {
 			t.Errorf("raw topic holds %d records, want 0", n)
 		}
 		if resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_big", now, body)); resp.StatusCode != http.StatusOK {
@@ -437,7 +437,7 @@ func TestConcurrentWebhooksAllAcknowledged(t *testing.T) {
 			}
 		}
 		// Every 200 was acknowledged: the records are there already, no wait.
-		if got := endOffsets(t, b.brokers, b.raw); got != n {
+		if got := testenv.EndOffsetSum(t, b.brokers, b.raw); got != n {
 			t.Errorf("raw topic holds %d records right after %d 200s", got, n)
 		}
 	})

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -88,7 +87,7 @@ func TestSinkKafkaMetricsPerClient(t *testing.T) {
 	stopFirst := run(first, sinkKafkaMetrics(first))
 	emitStateEvent(t, db, "acme:pay_kprom")
 	testenv.WaitFor(t, time.Minute, func() error {
-		if n := gathered(t, first, "paystream_sink_events_published_total", nil); n != 1 {
+		if n := testenv.Gather(t, first).Sum("paystream_sink_events_published_total", nil); n != 1 {
 			return fmt.Errorf("%v events published, want 1", n)
 		}
 		return nil
@@ -110,7 +109,7 @@ func TestSinkKafkaMetricsPerClient(t *testing.T) {
 	defer stop()
 	// The relay is active once it has read the checkpoint back.
 	testenv.WaitFor(t, time.Minute, func() error {
-		if n := gathered(t, reg, "paystream_sink_active", nil); n != 1 {
+		if n := testenv.Gather(t, reg).Sum("paystream_sink_active", nil); n != 1 {
 			return fmt.Errorf("paystream_sink_active %v, want 1", n)
 		}
 		return nil
@@ -126,11 +125,11 @@ func TestSinkKafkaMetricsPerClient(t *testing.T) {
 	mu.Unlock()
 
 	relay := map[string]string{"client": sink.ClientRelay}
-	if n := gathered(t, reg, "paystream_sink_kafka_connects_total", relay); n < 1 {
+	if n := testenv.Gather(t, reg).Sum("paystream_sink_kafka_connects_total", relay); n < 1 {
 		t.Errorf(`paystream_sink_kafka_connects_total{client="relay"} = %v, want at least 1`, n)
 	}
 	for _, client := range []string{sink.ClientAdmin, sink.ClientCheckpoint} {
-		if n := series(t, reg, "paystream_sink_kafka_connects_total", map[string]string{"client": client}); n != 0 {
+		if n := len(testenv.Gather(t, reg).Series("paystream_sink_kafka_connects_total", map[string]string{"client": client})); n != 0 {
 			t.Errorf(`%d paystream_sink_kafka_connects_total{client=%q} series after the client was closed, want 0`, n, client)
 		}
 	}
@@ -157,50 +156,4 @@ func emitStateEvent(t *testing.T, db *testenv.DB, key string) {
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// matching returns the series of family name on reg whose labels include want.
-func matching(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) []*dto.Metric {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*dto.Metric
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range f.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue metrics
-				}
-			}
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// gathered sums the counter or gauge series of family name on reg whose
-// labels include want.
-func gathered(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) float64 {
-	t.Helper()
-	var sum float64
-	for _, m := range matching(t, reg, name, want) {
-		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return sum
-}
-
-// series counts the series of family name on reg whose labels include want.
-func series(t *testing.T, reg *prometheus.Registry, name string, want map[string]string) int {
-	t.Helper()
-	return len(matching(t, reg, name, want))
 }
