@@ -19,6 +19,7 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -111,29 +112,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	if err := cfg.Auth.validate(); err != nil {
 		return nil, err
 	}
-	cfg.Group = cmpOr(cfg.Group, "paystream-processor")
-	cfg.RawTopic = cmpOr(cfg.RawTopic, "paystream.webhooks.raw.v1")
-	cfg.DLQTopic = cmpOr(cfg.DLQTopic, "paystream.webhooks.dlq.v1")
-	cfg.ReplaysTopic = cmpOr(cfg.ReplaysTopic, dlq.DefaultReplaysTopic)
-	cfg.SourcesFile = cmpOr(cfg.SourcesFile, "sources.yaml")
-	if cfg.DLQWindow <= 0 {
-		cfg.DLQWindow = 7 * 24 * time.Hour
-	}
-	if cfg.PageSize <= 0 {
-		cfg.PageSize = 50
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 10 * time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
-	}
+	cfg = cfg.withDefaults()
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
@@ -160,11 +139,24 @@ func New(pool *pgxpool.Pool, cfg Config) (*Server, error) {
 	return s, nil
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
+// withDefaults returns c with each field left at its zero value set to
+// the default its comment states; a negative DLQWindow, PageSize or
+// Timeout takes the default too.
+func (c Config) withDefaults() Config {
+	c.Group = cmp.Or(c.Group, "paystream-processor")
+	c.RawTopic = cmp.Or(c.RawTopic, "paystream.webhooks.raw.v1")
+	c.DLQTopic = cmp.Or(c.DLQTopic, "paystream.webhooks.dlq.v1")
+	c.ReplaysTopic = cmp.Or(c.ReplaysTopic, dlq.DefaultReplaysTopic)
+	c.SourcesFile = cmp.Or(c.SourcesFile, "sources.yaml")
+	c.DLQWindow = cmp.Or(max(c.DLQWindow, 0), 7*24*time.Hour)
+	c.PageSize = cmp.Or(max(c.PageSize, 0), 50)
+	c.Timeout = cmp.Or(max(c.Timeout, 0), 10*time.Second)
+	if c.Now == nil {
+		c.Now = time.Now
 	}
-	return s
+	c.Logger = cmp.Or(c.Logger, slog.Default())
+	c.Registerer = cmp.Or[prometheus.Registerer](c.Registerer, prometheus.NewRegistry())
+	return c
 }
 
 // Close releases the Kafka clients (not the pool, which is the caller's).
