@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/bench/internal/rig"
+	"github.com/paystream/paystream/internal/lab/topicwatch"
 	"github.com/paystream/paystream/sink"
 )
 
@@ -268,8 +269,7 @@ func (r *pipelineRun) rawRecords(ctx context.Context) (int64, error) {
 // stateWatcher reads the state topic from its start and records when each
 // state event arrived, by the webhook event id that caused it.
 type stateWatcher struct {
-	cl     *kgo.Client
-	done   chan struct{}
+	tw     *topicwatch.Watcher
 	mu     sync.Mutex
 	seen   map[string]bool // state event ids
 	byTrig map[string]stateArrival
@@ -283,12 +283,11 @@ type stateArrival struct {
 }
 
 func watchState(brokers []string, topic string) (*stateWatcher, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		// What a data team's consumer sees: committed Kafka transactions
-		// only, so an event counts as published when the relay's
-		// transaction commits, not when its records are written.
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	w := &stateWatcher{seen: map[string]bool{}, byTrig: map[string]stateArrival{}}
+	// The watcher reads committed Kafka transactions only (what a data
+	// team's consumer sees), so an event counts as published when the
+	// relay's transaction commits, not when its records are written.
+	tw, err := topicwatch.Start(brokers, topic, w.record,
 		// The watcher is the bench's instrument, not part of either
 		// design, and its fetches are on the broker's CPU: fetch up to
 		// 64 KiB at a time, waiting at most 10 ms (franz-go's least) for
@@ -297,40 +296,33 @@ func watchState(brokers []string, topic string) (*stateWatcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &stateWatcher{cl: cl, done: make(chan struct{}), seen: map[string]bool{}, byTrig: map[string]stateArrival{}}
-	go w.run()
+	w.tw = tw
 	return w, nil
 }
 
-func (w *stateWatcher) run() {
-	defer close(w.done)
-	for {
-		fetches := w.cl.PollFetches(context.Background())
-		if fetches.IsClientClosed() {
+// record notes the state events of one fetch, all arrived now.
+func (w *stateWatcher) record(fetches kgo.Fetches) {
+	now := time.Now()
+	fetches.EachRecord(func(rec *kgo.Record) {
+		var ev struct {
+			EventID       string `json:"event_id"`
+			PaymentKey    string `json:"payment_key"`
+			Version       int64  `json:"version"`
+			SourceEventID string `json:"source_event_id"`
+		}
+		if json.Unmarshal(rec.Value, &ev) != nil {
 			return
 		}
-		now := time.Now()
-		fetches.EachRecord(func(rec *kgo.Record) {
-			var ev struct {
-				EventID       string `json:"event_id"`
-				PaymentKey    string `json:"payment_key"`
-				Version       int64  `json:"version"`
-				SourceEventID string `json:"source_event_id"`
-			}
-			if json.Unmarshal(rec.Value, &ev) != nil {
-				return
-			}
-			w.mu.Lock()
-			defer w.mu.Unlock()
-			if w.seen[ev.EventID] {
-				return // a relay re-send: the first arrival counts
-			}
-			w.seen[ev.EventID] = true
-			if _, ok := w.byTrig[ev.SourceEventID]; !ok {
-				w.byTrig[ev.SourceEventID] = stateArrival{paymentKey: ev.PaymentKey, version: ev.Version, at: now}
-			}
-		})
-	}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.seen[ev.EventID] {
+			return // a relay re-send: the first arrival counts
+		}
+		w.seen[ev.EventID] = true
+		if _, ok := w.byTrig[ev.SourceEventID]; !ok {
+			w.byTrig[ev.SourceEventID] = stateArrival{paymentKey: ev.PaymentKey, version: ev.Version, at: now}
+		}
+	})
 }
 
 // count returns the number of distinct state events seen.
@@ -352,10 +344,7 @@ func (w *stateWatcher) arrivals() map[string]stateArrival {
 	return out
 }
 
-func (w *stateWatcher) close() {
-	w.cl.Close()
-	<-w.done
-}
+func (w *stateWatcher) close() { w.tw.Close() }
 
 func withSearchPath(url, schema string) string {
 	sep := "?"

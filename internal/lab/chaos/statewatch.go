@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
+	"github.com/paystream/paystream/internal/lab/topicwatch"
 )
 
 // stateWatcher reads the state topic read_committed from its start and
@@ -16,41 +16,32 @@ import (
 // relay has published what the processors committed. Verify does the real
 // check of the topic afterwards.
 type stateWatcher struct {
-	cl   *kgo.Client
-	done chan struct{}
+	tw   *topicwatch.Watcher
 	mu   sync.Mutex
 	seen map[string]struct{}
 }
 
 func watchState(brokers []string, topic string) (*stateWatcher, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.FetchMaxWait(100*time.Millisecond))
+	w := &stateWatcher{seen: map[string]struct{}{}}
+	tw, err := topicwatch.Start(brokers, topic, w.record, kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
-		return nil, fmt.Errorf("state topic consumer: %w", err)
+		return nil, fmt.Errorf("state topic: %w", err)
 	}
-	w := &stateWatcher{cl: cl, done: make(chan struct{}), seen: map[string]struct{}{}}
-	go w.run()
+	w.tw = tw
 	return w, nil
 }
 
-func (w *stateWatcher) run() {
-	defer close(w.done)
-	for {
-		fetches := w.cl.PollFetches(context.Background())
-		if fetches.IsClientClosed() {
-			return
-		}
-		w.mu.Lock()
-		fetches.EachRecord(func(r *kgo.Record) {
-			for _, h := range r.Headers {
-				if h.Key == envelope.HeaderEventID {
-					w.seen[string(h.Value)] = struct{}{}
-				}
+// record notes the event ids of one fetch's records.
+func (w *stateWatcher) record(fetches kgo.Fetches) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fetches.EachRecord(func(r *kgo.Record) {
+		for _, h := range r.Headers {
+			if h.Key == envelope.HeaderEventID {
+				w.seen[string(h.Value)] = struct{}{}
 			}
-		})
-		w.mu.Unlock()
-	}
+		}
+	})
 }
 
 // distinct is the number of distinct state event ids seen so far.
@@ -60,7 +51,4 @@ func (w *stateWatcher) distinct() int {
 	return len(w.seen)
 }
 
-func (w *stateWatcher) close() {
-	w.cl.Close()
-	<-w.done
-}
+func (w *stateWatcher) close() { w.tw.Close() }
