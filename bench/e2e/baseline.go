@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -116,22 +115,14 @@ type baseline struct {
 	log     *slog.Logger
 }
 
-var okBody = []byte(`{"received":true}` + "\n")
-
 func (b *baseline) webhook(w http.ResponseWriter, r *http.Request) {
 	src, ok := b.sources[r.PathValue("source")]
 	if !ok {
 		http.NotFound(w, r)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes))
-	if err != nil {
-		http.Error(w, "bad body", http.StatusBadRequest)
-		return
-	}
-	pr := &provider.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: time.Now()}
-	if err := src.Driver.Verify(pr); err != nil {
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
+	pr := rig.VerifiedRequest(w, r, src)
+	if pr == nil {
 		return
 	}
 	ev, err := src.Driver.Parse(pr)
@@ -140,14 +131,13 @@ func (b *baseline) webhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := pgx.BeginFunc(r.Context(), b.pool, func(tx pgx.Tx) error {
-		return b.apply(r.Context(), tx, src, ev, body)
+		return b.apply(r.Context(), tx, src, ev, pr.Body)
 	}); err != nil {
 		b.log.Warn("webhook not applied", "source", src.Name, "error", err)
 		http.Error(w, "try again", http.StatusServiceUnavailable)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(okBody)
+	rig.WriteOK(w)
 }
 
 // apply is the request's transaction.

@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
 	"github.com/paystream/paystream/bench/internal/rig"
-	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/source"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -104,23 +102,14 @@ func serve(ctx context.Context, serveFn func(context.Context, net.Listener) erro
 // verifies, 401 to others: net/http, the body limit and the signature
 // check, nothing else.
 func bareServe(src *source.Source) func(context.Context, net.Listener) error {
-	ok := []byte(`{"received":true}` + "\n")
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/webhooks/"+src.Name {
 			http.NotFound(w, r)
 			return
 		}
-		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes))
-		if err != nil {
-			http.Error(w, "bad body", http.StatusBadRequest)
-			return
+		if rig.VerifiedRequest(w, r, src) != nil {
+			rig.WriteOK(w)
 		}
-		if err := src.Driver.Verify(&provider.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: time.Now()}); err != nil {
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(ok)
 	})
 	return func(ctx context.Context, ln net.Listener) error { return rig.Serve(ctx, ln, h) }
 }

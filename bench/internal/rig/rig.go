@@ -1,13 +1,15 @@
 // Package rig is what the benches share around the design they measure:
 // the source they sign webhooks for, the local stack's broker and the CPU
 // time of processes (from /proc), the record count of a topic, and an HTTP
-// server that lives as long as a context.
+// server that lives as long as a context, and the signature check and
+// answer of a webhook server.
 package rig
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -16,6 +18,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/source"
 )
 
 // SourcesYAML is the one source every bench target accepts: Standard
@@ -102,6 +107,32 @@ func Records(ctx context.Context, adm *kadm.Client, topic string) (int64, error)
 		total += o.Offset
 	})
 	return total, perr
+}
+
+// VerifiedRequest reads r's body (src.MaxBodyBytes at most) and checks its
+// signature with src's driver, the first things ingest does with a
+// webhook. When either fails it has answered (400 or 401) and returns nil.
+func VerifiedRequest(w http.ResponseWriter, r *http.Request, src *source.Source) *provider.Request {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, src.MaxBodyBytes))
+	if err != nil {
+		http.Error(w, "bad body", http.StatusBadRequest)
+		return nil
+	}
+	pr := &provider.Request{Header: r.Header, Query: r.URL.Query(), Body: body, Now: time.Now()}
+	if err := src.Driver.Verify(pr); err != nil {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return nil
+	}
+	return pr
+}
+
+// okBody is ingest's answer to a webhook it accepted.
+var okBody = []byte(`{"received":true}` + "\n")
+
+// WriteOK answers a webhook as accepted, with ingest's body.
+func WriteOK(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(okBody)
 }
 
 // Serve serves h on ln until ctx ends, then shuts down (5 seconds at most
