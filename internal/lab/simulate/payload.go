@@ -188,18 +188,35 @@ func refundsUpTo(h *History, upto int) (refunds []Step, full bool) {
 	return refunds, full
 }
 
+// paidAt is when h's capture happened among steps 0..upto, nil before it.
+func paidAt(h *History, upto int) *time.Time {
+	var at *time.Time
+	for _, s := range h.Steps[:upto+1] {
+		if s.Kind == KindPaid && !s.Echo {
+			at = &s.At
+		}
+	}
+	return at
+}
+
+// The gateways' words for the statuses a payment can have before its
+// capture (Expected.Status); any other status is captured or after.
+var (
+	mercadoPagoUncaptured = map[string]string{"pending": "pending", "authorized": "authorized", "failed": "rejected", "canceled": "cancelled"}
+	zoopUncaptured        = map[string]string{"pending": "pending", "authorized": "pre_authorized", "failed": "failed", "canceled": "canceled"}
+)
+
+// mercadoPagoDispute is Mercado Pago's status_detail of a charged back
+// payment, by Expected.Dispute.
+var mercadoPagoDispute = map[string]string{"open": "in_process", "won": "reimbursed", "lost": "settled"}
+
 // genericGateway is paystream's generic refetch convention's answer
 // (gatewaytest.Payment) for h once steps 0..upto happened.
 func genericGateway(h *History, upto int, _ string) ([]byte, error) {
 	exp := Expect(h.Steps[:upto+1])
 	last := h.Steps[upto].At
-	p := gatewaytest.Payment{PaymentID: h.PaymentID, Status: exp.Status, Amount: h.AmountMinor, Currency: Currency, UpdatedAt: last}
-	for _, s := range h.Steps[:upto+1] {
-		if s.Kind == KindPaid && !s.Echo {
-			at := s.At
-			p.PaidAt = &at
-		}
-	}
+	p := gatewaytest.Payment{PaymentID: h.PaymentID, Status: exp.Status, Amount: h.AmountMinor, Currency: Currency, UpdatedAt: last,
+		PaidAt: paidAt(h, upto)}
 	refunds, _ := refundsUpTo(h, upto)
 	for _, r := range refunds {
 		p.Refunds = append(p.Refunds, gatewaytest.Refund{ID: r.RefundID, Amount: r.AmountMinor, CreatedAt: r.At})
@@ -219,50 +236,32 @@ func mercadoPagoGateway(h *History, upto int, _ string) ([]byte, error) {
 		ID: id, CurrencyID: Currency, TransactionAmount: json.Number(money.Format(h.AmountMinor, Currency)),
 		DateCreated: h.Steps[0].At, DateLastUpdated: h.Steps[upto].At, Refunds: []gatewaytest.MercadoPagoRefund{},
 	}
-	switch exp.Status {
-	case "pending":
-		p.Status = "pending"
-	case "authorized":
-		p.Status = "authorized"
-	case "failed":
-		p.Status = "rejected"
-	case "canceled":
-		p.Status = "cancelled"
-	default: // captured
-		p.Status = "approved"
-		for _, s := range h.Steps[:upto+1] {
-			if s.Kind == KindPaid && !s.Echo {
-				at := s.At
-				p.DateApproved = &at
-			}
+	if st, ok := mercadoPagoUncaptured[exp.Status]; ok {
+		p.Status = st
+		return json.Marshal(p)
+	}
+	p.Status, p.DateApproved = "approved", paidAt(h, upto)
+	refunds, full := refundsUpTo(h, upto)
+	var sum int64
+	for _, r := range refunds {
+		rid, err := strconv.ParseInt(r.RefundID, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("mercadopago refund id %q: %w", r.RefundID, err)
 		}
-		refunds, full := refundsUpTo(h, upto)
-		var sum int64
-		for _, r := range refunds {
-			rid, err := strconv.ParseInt(r.RefundID, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("mercadopago refund id %q: %w", r.RefundID, err)
-			}
-			p.Refunds = append(p.Refunds, gatewaytest.MercadoPagoRefund{ID: rid, PaymentID: id, Amount: json.Number(money.Format(r.AmountMinor, Currency)), Status: "approved", DateCreated: r.At})
-			sum += r.AmountMinor
-		}
-		if full {
-			sum = h.AmountMinor
-		}
-		if sum > 0 {
-			p.TransactionAmountRefunded = json.Number(money.Format(sum, Currency))
-		}
-		if sum >= h.AmountMinor {
-			p.Status = "refunded"
-		}
-		switch exp.Dispute {
-		case "open":
-			p.Status, p.StatusDetail = "charged_back", "in_process"
-		case "won":
-			p.Status, p.StatusDetail = "charged_back", "reimbursed"
-		case "lost":
-			p.Status, p.StatusDetail = "charged_back", "settled"
-		}
+		p.Refunds = append(p.Refunds, gatewaytest.MercadoPagoRefund{ID: rid, PaymentID: id, Amount: json.Number(money.Format(r.AmountMinor, Currency)), Status: "approved", DateCreated: r.At})
+		sum += r.AmountMinor
+	}
+	if full {
+		sum = h.AmountMinor
+	}
+	if sum > 0 {
+		p.TransactionAmountRefunded = json.Number(money.Format(sum, Currency))
+	}
+	if sum >= h.AmountMinor {
+		p.Status = "refunded"
+	}
+	if detail, ok := mercadoPagoDispute[exp.Dispute]; ok {
+		p.Status, p.StatusDetail = "charged_back", detail
 	}
 	return json.Marshal(p)
 }
@@ -313,37 +312,30 @@ func zoopGateway(h *History, upto int, marketplace string) ([]byte, error) {
 			tx.VoidedAt = gatewaytest.ZoopTime(s.At)
 		}
 	}
-	switch exp.Status {
-	case "pending":
-		tx.Status = "pending"
-	case "authorized":
-		tx.Status = "pre_authorized"
-	case "failed":
-		tx.Status = "failed"
-	case "canceled":
+	if st, ok := zoopUncaptured[exp.Status]; ok {
+		tx.Status, tx.Voided = st, exp.Status == "canceled"
+		return json.Marshal(tx)
+	}
+	tx.Status, tx.Captured = "succeeded", true
+	refunds, full := refundsUpTo(h, upto)
+	var sum int64
+	for _, r := range refunds {
+		sum += r.AmountMinor
+	}
+	switch {
+	case full:
+		tx.Status, tx.Refunded = "refunded", true
+	case sum >= h.AmountMinor:
 		tx.Status, tx.Voided = "canceled", true
-	default: // captured
-		tx.Status, tx.Captured = "succeeded", true
-		refunds, full := refundsUpTo(h, upto)
-		var sum int64
-		for _, r := range refunds {
-			sum += r.AmountMinor
-		}
-		switch {
-		case full:
-			tx.Status, tx.Refunded = "refunded", true
-		case sum >= h.AmountMinor:
-			tx.Status, tx.Voided = "canceled", true
-			tx.VoidedAt = gatewaytest.ZoopTime(refunds[len(refunds)-1].At)
-		}
-		switch exp.Dispute {
-		case "open":
-			tx.Status = "dispute"
-		case "lost":
-			tx.Status = "charged_back"
-		case "won":
-			return nil, fmt.Errorf("zoop payment %s: Zoop shows no dispute won", h.PaymentID)
-		}
+		tx.VoidedAt = gatewaytest.ZoopTime(refunds[len(refunds)-1].At)
+	}
+	switch exp.Dispute {
+	case "open":
+		tx.Status = "dispute"
+	case "lost":
+		tx.Status = "charged_back"
+	case "won":
+		return nil, fmt.Errorf("zoop payment %s: Zoop shows no dispute won", h.PaymentID)
 	}
 	return json.Marshal(tx)
 }
