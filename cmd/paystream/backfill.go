@@ -10,12 +10,7 @@ import (
 )
 
 type backfillCmd struct {
-	kafkaFlags
-	dbFlags
-	topicFlags
-	checkpointFlags
-	stateFormatFlags
-	Deployment  string        `help:"The sink's --deployment, if it has one." env:"PAYSTREAM_DEPLOYMENT" placeholder:"NAME"`
+	relayToolFlags
 	TakeOverFor time.Duration `help:"How long to try taking the replication slot from the active relay." default:"30s"`
 }
 
@@ -33,36 +28,28 @@ transactional id, and lets go. Progress goes to stderr. Example:
 }
 
 func (c *backfillCmd) Run(ctx context.Context, e *env) error {
-	brokers, kafkaOpts, pool, err := connect(ctx, e, c.kafkaFlags, c.dbFlags)
+	r, err := c.open(ctx, e)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer r.pool.Close()
 	if c.LatestTopic == "" {
 		return fmt.Errorf("backfill: --latest-topic is empty: nothing to rebuild")
 	}
-	var last time.Time
-	format, registry, err := c.stateFormat()
-	if err != nil {
-		return err
-	}
-	rep, err := sink.Backfill(ctx, pool, sink.BackfillConfig{
-		Brokers:         brokers,
-		KafkaOpts:       kafkaOpts,
+	rep, err := sink.Backfill(ctx, r.pool, sink.BackfillConfig{
+		Brokers:         r.brokers,
+		KafkaOpts:       r.kafkaOpts,
 		Topic:           c.StateTopic,
 		LatestTopic:     c.LatestTopic,
 		CheckpointTopic: c.CheckpointTopic,
 		Deployment:      c.Deployment,
-		StateFormat:     format,
-		SchemaRegistry:  registry,
+		StateFormat:     r.format,
+		SchemaRegistry:  r.registry,
 		TakeOverFor:     c.TakeOverFor,
 		Logger:          e.log,
-		Progress: func(done, total int64) {
-			if time.Since(last) > 500*time.Millisecond || done == total {
-				fmt.Fprintf(os.Stderr, "\rbackfill: %d of %d payments (%d%%)", done, total, 100*done/max(total, 1))
-				last = time.Now()
-			}
-		},
+		Progress: throttled(500*time.Millisecond, func(done, total int64) {
+			fmt.Fprintf(os.Stderr, "\rbackfill: %d of %d payments (%d%%)", done, total, 100*done/max(total, 1))
+		}),
 	})
 	if rep.Payments > 0 {
 		fmt.Fprintln(os.Stderr)

@@ -10,12 +10,7 @@ import (
 )
 
 type republishCmd struct {
-	kafkaFlags
-	dbFlags
-	topicFlags
-	checkpointFlags
-	stateFormatFlags
-	Deployment string        `help:"The sink's --deployment, if it has one." env:"PAYSTREAM_DEPLOYMENT" placeholder:"NAME"`
+	relayToolFlags
 	Since      time.Time     `help:"Publish again the transitions recorded since this time (RFC 3339), instead of since the relay's newest checkpoint minus --margin. Needed when no checkpoint of the server's WAL history has a commit time." placeholder:"TIME"`
 	Margin     time.Duration `help:"How long before the newest checkpoint's commit time to start: transactions commit in another order than they start." default:"5m"`
 	DryRun     bool          `help:"Count what would be published again; change nothing (no slot, no record, no relay fenced)."`
@@ -42,38 +37,30 @@ stops half way, run it again. Example:
 }
 
 func (c *republishCmd) Run(ctx context.Context, e *env) error {
-	brokers, kafkaOpts, pool, err := connect(ctx, e, c.kafkaFlags, c.dbFlags)
+	r, err := c.open(ctx, e)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	var last time.Time
-	format, registry, err := c.stateFormat()
-	if err != nil {
-		return err
-	}
-	rep, err := sink.Republish(ctx, pool, sink.RepublishConfig{
-		Brokers:         brokers,
-		KafkaOpts:       kafkaOpts,
+	defer r.pool.Close()
+	rep, err := sink.Republish(ctx, r.pool, sink.RepublishConfig{
+		Brokers:         r.brokers,
+		KafkaOpts:       r.kafkaOpts,
 		Topic:           c.StateTopic,
 		CheckpointTopic: c.CheckpointTopic,
 		LatestTopic:     c.LatestTopic,
 		Deployment:      c.Deployment,
-		StateFormat:     format,
-		SchemaRegistry:  registry,
+		StateFormat:     r.format,
+		SchemaRegistry:  r.registry,
 		Since:           c.Since,
 		Margin:          c.Margin,
 		DryRun:          c.DryRun,
 		Logger:          e.log,
-		Progress: func(done, total int) {
-			if time.Since(last) > time.Second || done == total {
-				fmt.Fprintf(os.Stderr, "\rrepublished %d of %d state events", done, total)
-				last = time.Now()
-				if done == total {
-					fmt.Fprintln(os.Stderr)
-				}
+		Progress: throttled(time.Second, func(done, total int) {
+			fmt.Fprintf(os.Stderr, "\rrepublished %d of %d state events", done, total)
+			if done == total {
+				fmt.Fprintln(os.Stderr)
 			}
-		},
+		}),
 	})
 	if err != nil {
 		return fmt.Errorf("republish: %w", err)
