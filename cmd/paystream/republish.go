@@ -11,9 +11,9 @@ import (
 
 type republishCmd struct {
 	relayToolFlags
-	Since      time.Time     `help:"Publish again the transitions recorded since this time (RFC 3339), instead of since the relay's newest checkpoint minus --margin. Needed when no checkpoint of the server's WAL history has a commit time." placeholder:"TIME"`
-	Margin     time.Duration `help:"How long before the newest checkpoint's commit time to start: transactions commit in another order than they start." default:"5m"`
-	DryRun     bool          `help:"Count what would be published again; change nothing (no slot, no record, no relay fenced)."`
+	Since  time.Time     `help:"Publish again the transitions recorded since this time (RFC 3339), instead of since the relay's newest checkpoint minus --margin. Needed when no checkpoint of the server's WAL history has a commit time." placeholder:"TIME"`
+	Margin time.Duration `help:"How long before the newest checkpoint's commit time to start: transactions commit in another order than they start." default:"5m"`
+	DryRun bool          `help:"Count what would be published again; change nothing (no slot, no record, no relay fenced)."`
 }
 
 func (c *republishCmd) Help() string {
