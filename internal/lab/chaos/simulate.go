@@ -28,46 +28,10 @@ const (
 var retryLadder = append(slices.Clone(simulate.DefaultRetryLadder),
 	30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second, 30*time.Second)
 
-// sourcesYAML is one source per driver the simulator drives; mercadopago
-// and zoop refetch from the simulation's fake gateway API at %[1]s.
-const sourcesYAML = `sources:
-  - name: sw
-    driver: standardwebhooks
-    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-  - name: st
-    driver: stripe
-    secrets: ["whsec_stripe_test_4eC39HqLyjWDarjtT1zdp7dc"]
-  - name: hm
-    driver: hmac
-    secrets: ["hmac-secret-7f3a"]
-    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery}
-  - name: pm
-    driver: pagarme
-    secrets: ["sk_test_pagarme_0123456789"]
-  - name: as
-    driver: asaas
-    secrets: ["asaas-token-5d2c"]
-  - name: pb
-    driver: pagbank
-    secrets: ["5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A"]
-  - name: mp
-    driver: mercadopago
-    secrets: ["mp-webhook-secret-8e1f"]
-    api_base_url: http://%[1]s
-    api_token: chaos-gateway-token
-    refetch_rate: 2000
-  - name: zp
-    driver: zoop
-    account: 5a1e0c0de2e0000000000000000c4a05
-    secrets: ["paystream:chaos-zoop-webhook-pass-4e2a"]
-    api_token: zpk_chaos_key_0123456789
-    api_base_url: http://%[1]s
-    refetch_rate: 2000
-`
-
-// gateway is the fake gateway API's listener and the sources file that
-// points mercadopago at it. It is made before the pipeline, whose ingest
-// and processor read the file.
+// gateway is the fake gateway API's listener and the sources file
+// (simulate.LabSources: one source per driver) that points the refetching
+// sources at it. It is made before the pipeline, whose ingest and
+// processor read the file.
 type gateway struct {
 	ln      net.Listener
 	sources string
@@ -79,7 +43,7 @@ func newGateway(dir string) (*gateway, error) {
 		return nil, fmt.Errorf("fake gateway API: %w", err)
 	}
 	path := filepath.Join(dir, "sources.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, sourcesYAML, ln.Addr()), 0o600); err != nil {
+	if err := os.WriteFile(path, simulate.LabSources(ln.Addr().String()), 0o600); err != nil {
 		ln.Close()
 		return nil, err
 	}

@@ -3,8 +3,8 @@ package simulate
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -26,56 +26,7 @@ import (
 	"github.com/paystream/paystream/internal/source"
 )
 
-// testGatewayToken is the fake gateway API's token in these tests.
-const testGatewayToken = "simulate-test-api-token"
-
-// testZoopMarketplace and testZoopKey are the zoop source's marketplace
-// and API key in these tests.
-const (
-	testZoopMarketplace = "3249465a7753536b62545a6a684b0000"
-	testZoopKey         = "zpk_simulate_test_key_0123456789"
-)
-
-// sourcesYAML is a sources file with one source per driver the simulator
-// speaks; the Mercado Pago and Zoop sources refetch from gatewayAddr.
-func sourcesYAML(gatewayAddr string) string {
-	return fmt.Sprintf(`sources:
-  - name: sw
-    driver: standardwebhooks
-    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-  - name: st
-    driver: stripe
-    secrets: ["whsec_simulate_stripe_5n3Kq8vT"]
-  - name: hm
-    driver: hmac
-    secrets: ["simulate-hmac-secret-2c9e"]
-    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery}
-  - name: pm
-    driver: pagarme
-    secrets: ["sk_test_simulate_pagarme_4471"]
-  - name: as
-    driver: asaas
-    secrets: ["simulate-asaas-token-7e21"]
-  - name: pb
-    driver: pagbank
-    secrets: ["SIMULATE-PAGBANK-TOKEN-0A1B2C3D"]
-  - name: mp
-    driver: mercadopago
-    secrets: ["simulate-mp-secret-93f0"]
-    api_token: %s
-    api_base_url: http://%s
-    refetch_rate: 1000
-  - name: zp
-    driver: zoop
-    account: %s
-    secrets: ["simulate:zoop-webhook-password-4c1d"]
-    api_token: %s
-    api_base_url: http://%s
-    refetch_rate: 1000
-`, testGatewayToken, gatewayAddr, testZoopMarketplace, testZoopKey, gatewayAddr)
-}
-
-// writeSources writes sourcesYAML to a file and returns its path and a
+// writeSources writes LabSources to a file and returns its path and a
 // listener for the fake gateway API on the address it names.
 func writeSources(t *testing.T) (string, net.Listener) {
 	t.Helper()
@@ -85,7 +36,7 @@ func writeSources(t *testing.T) (string, net.Listener) {
 	}
 	t.Cleanup(func() { ln.Close() })
 	path := filepath.Join(t.TempDir(), "sources.yaml")
-	if err := os.WriteFile(path, []byte(sourcesYAML(ln.Addr().String())), 0o600); err != nil {
+	if err := os.WriteFile(path, LabSources(ln.Addr().String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return path, ln
@@ -131,7 +82,7 @@ func wantStatus(h *History, s Step) payment.Status {
 // through the payment machine, must end as the oracle's model says. For every other driver the webhooks' facts are
 // replayed the same way, in order and in a few shuffled orders.
 func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
-	raw := []byte(sourcesYAML("127.0.0.1:9"))
+	raw := LabSources("127.0.0.1:9")
 	srcs, err := loadgen.ParseSources(raw)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +170,7 @@ func TestEveryWebhookIsAuthenticAndSaysItsStep(t *testing.T) {
 					if string(got.Status) != want.Status {
 						t.Errorf("order %d: the machine ends %s, the model %s", round, got.Status, want.Status)
 					}
-					if b := balances(got.Balances()); !equalBalances(b, want.Balances) {
+					if b := balances(got.Balances()); !maps.Equal(b, want.Balances) {
 						t.Errorf("order %d: the machine's ledger %v, the model's %v", round, b, want.Balances)
 					}
 				}
@@ -247,18 +198,6 @@ func balances(m map[ledger.Key]int64) map[string]int64 {
 	return out
 }
 
-func equalBalances(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // TestGatewayAnswersReplayToTheModel: the fake gateway API's answers of
 // every refetching driver — the generic refetch convention (standardwebhooks
 // sources with refetch: true), Mercado Pago's payment, Zoop's transaction —
@@ -282,7 +221,7 @@ func TestGatewayAnswersReplayToTheModel(t *testing.T) {
 	}{
 		{"standardwebhooks", build("standardwebhooks", provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}, Refetch: true}), ""},
 		{"mercadopago", build("mercadopago", provider.Config{Secrets: []string{"simulate-mp-secret-93f0"}}), ""},
-		{"zoop", build("zoop", provider.Config{Secrets: []string{"simulate:zoop-webhook-password-4c1d"}, Account: testZoopMarketplace}), testZoopMarketplace},
+		{"zoop", build("zoop", provider.Config{Secrets: []string{"simulate:zoop-webhook-password-4c1d"}, Account: labZoopMarketplace}), labZoopMarketplace},
 	}
 	x := RunIDs{Run: "a1b2c3d4", RunNum: 77}
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -301,7 +240,7 @@ func TestGatewayAnswersReplayToTheModel(t *testing.T) {
 					t.Fatalf("%s %s step %d: %v\n%s", c.driver, shape, upto, err, body)
 				}
 				got := payment.Machine{}.Replay(payment.State{}, facts).State
-				if want := Expect(h.Steps[:upto+1]); string(got.Status) != want.Status || !equalBalances(balances(got.Balances()), want.Balances) {
+				if want := Expect(h.Steps[:upto+1]); string(got.Status) != want.Status || !maps.Equal(balances(got.Balances()), want.Balances) {
 					t.Errorf("%s %s step %d: machine %s %v, model %s %v", c.driver, shape, upto, got.Status, balances(got.Balances()), want.Status, want.Balances)
 				}
 				if _, ok := c.drv.(provider.RefetchChecker); ok {
@@ -382,7 +321,7 @@ func TestGatewayServesEveryRefetchingSource(t *testing.T) {
 		want int
 	}{
 		{"/v1/payments/1", http.StatusNotFound},
-		{"/v1/marketplaces/" + testZoopMarketplace + "/transactions/00ff", http.StatusNotFound},
+		{"/v1/marketplaces/" + labZoopMarketplace + "/transactions/00ff", http.StatusNotFound},
 		{"/v1/marketplaces/0000/transactions/" + s.Oracle().Payments[1].PaymentID, 0},
 	} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.GatewayURL()+c.path, nil)
@@ -390,9 +329,9 @@ func TestGatewayServesEveryRefetchingSource(t *testing.T) {
 			t.Fatal(err)
 		}
 		if strings.HasPrefix(c.path, "/v1/payments/") {
-			req.Header.Set("Authorization", "Bearer "+testGatewayToken)
+			req.Header.Set("Authorization", "Bearer "+labGatewayToken)
 		} else {
-			req.SetBasicAuth(testZoopKey, "")
+			req.SetBasicAuth(labZoopKey, "")
 		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -438,7 +377,7 @@ func TestSourcesThatCannotRefetchAreNotSimulated(t *testing.T) {
     secrets: ["simulate-mp-secret-93f0"]
   - name: zp
     driver: zoop
-    account: ` + testZoopMarketplace + `
+    account: ` + labZoopMarketplace + `
     secrets: ["simulate:zoop-webhook-password-4c1d"]
 `
 	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
@@ -493,7 +432,7 @@ func TestExpect(t *testing.T) {
 	}
 	for _, c := range cases {
 		got := Expect(c.steps)
-		if got.Status != c.status || !equalBalances(got.Balances, c.bal) {
+		if got.Status != c.status || !maps.Equal(got.Balances, c.bal) {
 			t.Errorf("%s: %s %v, want %s %v", c.name, got.Status, got.Balances, c.status, c.bal)
 		}
 	}
