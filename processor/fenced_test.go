@@ -67,7 +67,7 @@ func TestFencedWorkerLeavesAtOnce(t *testing.T) {
 		n:       &fencedLogs,
 	})
 	p, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 10, Logger: logger})
-	start(t, p)
+	testenv.Start(t, "processor", p.Run)
 	if err := produceTo(f.brokers, 0, paymentRecords(t, f.topic, 0, 5)); err != nil {
 		t.Fatal(err)
 	}

@@ -90,37 +90,6 @@ func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	return n
 }
 
-// running is a Processor running in the background.
-type running struct {
-	p      *Processor
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-}
-
-// start runs p until stop (or the end of the test).
-func start(t testing.TB, p *Processor) *running {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{p: p, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		if err := p.Run(ctx); err != nil {
-			t.Errorf("processor Run: %v", err)
-		}
-	}()
-	t.Cleanup(r.stop)
-	return r
-}
-
-// stop cancels Run and waits for it to return (it drains and leaves).
-func (r *running) stop() {
-	r.once.Do(func() {
-		r.cancel()
-		<-r.done
-	})
-}
-
 // newTestProcessor is New with the test's defaults: a private registry, a
 // logger writing warnings to the test's output, the broker's minimum
 // session timeout.
@@ -155,18 +124,7 @@ type fixture struct {
 func setup(t *testing.T, partitions int) fixture {
 	t.Helper()
 	brokers := testenv.Kafka(t)
-	return fixture{db: testenv.NewDB(t), brokers: brokers, topic: testenv.Topic(t, "raw", partitions), group: testenv.Group(t), adm: admin(t, brokers)}
-}
-
-// admin returns an admin client for the test's brokers.
-func admin(t testing.TB, brokers []string) *kadm.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return kadm.NewClient(cl)
+	return fixture{db: testenv.NewDB(t), brokers: brokers, topic: testenv.Topic(t, "raw", partitions), group: testenv.Group(t), adm: testenv.Admin(t, brokers)}
 }
 
 // groupBehind returns, as an error, every partition of topic whose offset

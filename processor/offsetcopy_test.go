@@ -24,7 +24,7 @@ func TestOffsetsCopiedToKafka(t *testing.T) {
 	}
 	p1, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 25,
 		OffsetCopyInterval: 200 * time.Millisecond})
-	r1 := start(t, p1)
+	r1 := testenv.Start(t, "processor", p1.Run)
 	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 	drained := time.Now()
 	testenv.WaitFor(t, 30*time.Second, func() error { return groupBehind(f.adm, f.group, f.topic) })
@@ -34,14 +34,14 @@ func TestOffsetsCopiedToKafka(t *testing.T) {
 	// (retention, a crash before any copy): the new owner copies the offsets
 	// it claimed from Postgres. The periodic copy is off (1h) so only that
 	// seeding can do it.
-	r1.stop()
+	r1.Stop()
 	deleteGroupOffsets(t, f.adm, f.group, f.topic)
 	if err := groupBehind(f.adm, f.group, f.topic); err == nil {
 		t.Fatal("group offsets still there after DeleteOffsets: the restart check would prove nothing")
 	}
 	p2, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 25,
 		OffsetCopyInterval: time.Hour})
-	r2 := start(t, p2)
+	r2 := testenv.Start(t, "processor", p2.Run)
 	testenv.WaitFor(t, 30*time.Second, func() error { return groupBehind(f.adm, f.group, f.topic) })
 
 	// 3. Clean shutdown right after a drain: the last copy happens before the
@@ -50,7 +50,7 @@ func TestOffsetsCopiedToKafka(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
-	r2.stop()
+	r2.Stop()
 	if err := groupBehind(f.adm, f.group, f.topic); err != nil {
 		t.Errorf("after a clean shutdown: %v", err)
 	}

@@ -69,7 +69,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	}
 	p, reg := newTestProcessor(t, pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group,
 		BatchMaxRecords: 10, MaxBufferedBatches: 2, RetryBackoffMax: 500 * time.Millisecond, KafkaOpts: kopts})
-	proc := start(t, p)
+	proc := testenv.Start(t, "processor", p.Run)
 	testenv.Eventually(t, 60*time.Second, func() bool { return queryInt(t, f.db.Pool, `SELECT count(*) FROM deliveries`) >= 100 },
 		"processing under way")
 	memberBefore := rawTopicMember(t, f.adm, f.group, f.topic)
@@ -166,7 +166,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	checkEffects(t, f.db.Pool, produced)
 	testenv.Eventually(t, 30*time.Second, func() bool { return gaugeSum(t, reg, "paystream_processor_lag_records") == 0 },
 		"lag gauge back to 0 after the drain")
-	proc.stop()
+	proc.Stop()
 }
 
 // rawTopicMember returns the id of the group member assigned topic, once

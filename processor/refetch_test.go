@@ -4,19 +4,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
-	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/testenv"
 )
@@ -34,19 +29,11 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 	gw.SetPayment("pay_a", gatewaytest.Payment{PaymentID: "pay_a", Status: "partially_refunded", Amount: 5000, Currency: "BRL",
 		PaidAt: &at, UpdatedAt: at.Add(time.Hour), Refunds: []gatewaytest.Refund{{ID: "re_1", Amount: 1500, CreatedAt: at.Add(time.Hour)}}})
 
-	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	refetcher, ok := drv.(provider.Refetcher)
-	if !ok {
-		t.Fatal("standardwebhooks driver does not implement provider.Refetcher")
-	}
 	reg := prometheus.NewRegistry()
 	p, err := New(f.db.Pool, Config{
 		Brokers: f.brokers, Topic: f.topic, Group: testenv.Group(t), Registerer: reg,
 		Refetch: map[string]*source.RefetchConfig{"acme": {
-			Refetcher: refetcher, BaseURL: gw.URL(), Token: gw.Token(), Rate: 100, Burst: 10, Timeout: 2 * time.Second,
+			Refetcher: webhookRefetcher(t), BaseURL: gw.URL(), Token: gw.Token(), Rate: 100, Burst: 10, Timeout: 2 * time.Second,
 		}},
 		RefetchRetry: 300 * time.Millisecond,
 		HTTPClient:   gw.Client(),
@@ -54,30 +41,12 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	testenv.Start(t, "processor", p.Run)
+	ctx := t.Context()
 
 	produce := func(paymentID, eventID string) {
 		t.Helper()
-		// A thin event: no status, no amount — only that something changed.
-		env := envelope.Raw{Source: "acme", Driver: "standardwebhooks", PaymentKey: "acme:" + paymentID, ReceivedAt: time.Now().UTC(), Body: []byte(`{}`),
-			Event: provider.Event{EventID: eventID, DedupKey: eventID, PaymentID: paymentID, Type: "payment.updated", NeedsRefetch: true,
-				Fact: payment.Fact{OccurredAt: at}}}
-		v, err := env.Marshal()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		if err := cl.ProduceSync(ctx, &kgo.Record{Topic: f.topic, Key: []byte(env.PaymentKey), Value: v}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
+		testenv.Produce(t, f.brokers, thinRecord(t, "acme", f.topic, 0, paymentID, eventID))
 	}
 	paymentState := func(key string) (status string, version int64) {
 		err := f.db.Pool.QueryRow(ctx, `SELECT status, version FROM payments WHERE payment_key = $1`, key).Scan(&status, &version)
@@ -146,15 +115,12 @@ func TestRefetchCircuitBreakerAndTimeout(t *testing.T) {
 	gw := gatewaytest.New(t)
 	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
 	gw.SetPayment("pay_c", gatewaytest.Payment{PaymentID: "pay_c", Status: "paid", Amount: 100, Currency: "BRL", PaidAt: &at, UpdatedAt: at})
-	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	refetcher := webhookRefetcher(t)
 	m, err := newMetrics(prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := &source.RefetchConfig{Refetcher: drv.(provider.Refetcher), BaseURL: gw.URL(), Token: gw.Token(), Rate: 1000, Burst: 100, Timeout: 2 * time.Second}
+	cfg := &source.RefetchConfig{Refetcher: refetcher, BaseURL: gw.URL(), Token: gw.Token(), Rate: 1000, Burst: 100, Timeout: 2 * time.Second}
 	r := newRefetcher(map[string]*source.RefetchConfig{"acme": cfg}, gw.Client(), slogDiscard(), m)
 	ctx := context.Background()
 
@@ -178,7 +144,7 @@ func TestRefetchCircuitBreakerAndTimeout(t *testing.T) {
 	slow := gatewaytest.New(t)
 	slow.SetPayment("pay_d", gatewaytest.Payment{PaymentID: "pay_d", Status: "paid", Amount: 100, Currency: "BRL", PaidAt: &at, UpdatedAt: at})
 	slow.Delay(3 * time.Second)
-	slowCfg := &source.RefetchConfig{Refetcher: drv.(provider.Refetcher), BaseURL: slow.URL(), Token: slow.Token(), Rate: 1000, Burst: 100, Timeout: 100 * time.Millisecond}
+	slowCfg := &source.RefetchConfig{Refetcher: refetcher, BaseURL: slow.URL(), Token: slow.Token(), Rate: 1000, Burst: 100, Timeout: 100 * time.Millisecond}
 	rs := newRefetcher(map[string]*source.RefetchConfig{"slow": slowCfg}, slow.Client(), slogDiscard(), m)
 	if _, err := rs.fetch(ctx, "slow", "pay_d"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("slow gateway: err = %v, want a deadline exceeded", err)

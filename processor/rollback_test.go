@@ -58,7 +58,7 @@ func TestStoredOffsetGoingBackStopsTheProcessor(t *testing.T) {
 	// A restart resumes from 8: records 8..19 come again as redeliveries,
 	// the 8 new ones apply.
 	p2, _ := newTestProcessor(t, f.db.Pool, Config{Brokers: f.brokers, Topic: f.topic, Group: f.group, BatchMaxRecords: 10})
-	start(t, p2)
+	testenv.Start(t, "processor", p2.Run)
 	testenv.WaitFor(t, 60*time.Second, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 	for _, c := range []struct {
 		what string

@@ -28,9 +28,9 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 	}
 
 	pa, _ := newTestProcessor(t, f.db.Pool, cfg("a"))
-	ra := start(t, pa)
+	ra := testenv.Start(t, "processor", pa.Run)
 	pb, regB := newTestProcessor(t, f.db.Pool, cfg("b"))
-	start(t, pb)
+	testenv.Start(t, "processor", pb.Run)
 	var before map[string]groupMember
 	testenv.WaitFor(t, 2*time.Minute, func() error {
 		var err error
@@ -54,13 +54,13 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 
 	// Restart a: a clean stop (a static member does not leave the group),
 	// then a new processor with the same instance id.
-	ra.stop()
+	ra.Stop()
 	// A restart takes a few seconds (a pod is replaced): the scenario, not
 	// a wait for something. A dynamic member's partitions move to b
 	// meanwhile and back when it returns; a static one's wait for it.
 	time.Sleep(restartGap)
 	pa2, _ := newTestProcessor(t, f.db.Pool, cfg("a"))
-	start(t, pa2)
+	testenv.Start(t, "processor", pa2.Run)
 	testenv.WaitFor(t, time.Minute, func() error {
 		pa2.mu.Lock()
 		defer pa2.mu.Unlock()

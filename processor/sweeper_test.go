@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,24 +21,35 @@ import (
 	"github.com/paystream/paystream/internal/testenv"
 )
 
-// refetchSource is a "mp" source whose events are thin (NeedsRefetch) and
-// are read back from gw.
-func refetchSource(t *testing.T, gw *gatewaytest.Gateway, rate float64) map[string]*source.RefetchConfig {
+// webhookRefetcher is the standardwebhooks driver's Refetcher, which reads
+// a payment back from a gatewaytest.Gateway.
+func webhookRefetcher(t *testing.T) provider.Refetcher {
 	t.Helper()
 	drv, err := standardwebhooks.New(provider.Config{Secrets: []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	r, ok := drv.(provider.Refetcher)
+	if !ok {
+		t.Fatal("standardwebhooks driver does not implement provider.Refetcher")
+	}
+	return r
+}
+
+// refetchSource is a "mp" source whose events are thin (NeedsRefetch) and
+// are read back from gw.
+func refetchSource(t *testing.T, gw *gatewaytest.Gateway, rate float64) map[string]*source.RefetchConfig {
+	t.Helper()
 	return map[string]*source.RefetchConfig{"mp": {
-		Refetcher: drv.(provider.Refetcher), BaseURL: gw.URL(), Token: gw.Token(), Rate: rate, Burst: 1, Timeout: 5 * time.Second,
+		Refetcher: webhookRefetcher(t), BaseURL: gw.URL(), Token: gw.Token(), Rate: rate, Burst: 1, Timeout: 5 * time.Second,
 	}}
 }
 
-// thinRecord is a thin "mp" event for paymentID: no status, no amount, only
-// that something changed.
-func thinRecord(t *testing.T, topic string, partition int32, paymentID, eventID string) *kgo.Record {
+// thinRecord is a thin event of src for paymentID: no status, no amount,
+// only that something changed.
+func thinRecord(t *testing.T, src, topic string, partition int32, paymentID, eventID string) *kgo.Record {
 	t.Helper()
-	env := envelope.Raw{Source: "mp", Driver: "standardwebhooks", PaymentKey: "mp:" + paymentID, ReceivedAt: time.Now().UTC(), Body: []byte(`{}`),
+	env := envelope.Raw{Source: src, Driver: "standardwebhooks", PaymentKey: src + ":" + paymentID, ReceivedAt: time.Now().UTC(), Body: []byte(`{}`),
 		Event: provider.Event{EventID: eventID, DedupKey: eventID, PaymentID: paymentID, Type: "payment.updated", NeedsRefetch: true,
 			Fact: payment.Fact{OccurredAt: time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)}}}
 	v, err := env.Marshal()
@@ -120,11 +130,8 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	testenv.Start(t, "processor", p.Run)
+	ctx := t.Context()
 
 	// How far each source got: acme records applied, mp events settled
 	// (refetched and decided, not waiting any more).
@@ -146,7 +153,7 @@ func TestSlowGatewayDoesNotStallOtherPartitions(t *testing.T) {
 		var recs []*kgo.Record
 		for part := range 2 {
 			id := fmt.Sprintf("mp_%d_%d", part, r%2)
-			recs = append(recs, thinRecord(t, f.topic, int32(part), id, fmt.Sprintf("evt_%s_%d", id, r)))
+			recs = append(recs, thinRecord(t, "mp", f.topic, int32(part), id, fmt.Sprintf("evt_%s_%d", id, r)))
 		}
 		for i := range acmePerRound {
 			id := fmt.Sprintf("acme_%d_%d", r, i)
@@ -216,7 +223,7 @@ func sweeperFixture(t *testing.T, db *testenv.DB, gw *gatewaytest.Gateway) (p *P
 		t.Fatal(err)
 	}
 	epoch, _ = mustClaim(t, db.Pool)
-	rec := thinRecord(t, zombieTopic, 0, "pay_x", "evt_x1")
+	rec := thinRecord(t, "mp", zombieTopic, 0, "pay_x", "evt_x1")
 	rec.Offset = 0
 	if _, err := commitBatch(ctx, db.Pool, p.applier, zombieGroup, epoch, []*kgo.Record{rec}); err != nil {
 		t.Fatal(err)
@@ -345,7 +352,7 @@ func TestThinFactNeverResumed(t *testing.T) {
 	ctx := context.Background()
 	epoch, _ := mustClaim(t, db.Pool)
 	at := time.Date(2026, 11, 2, 10, 0, 0, 0, time.UTC)
-	thin := thinRecord(t, zombieTopic, 0, "pay_y", "evt_y1")
+	thin := thinRecord(t, "mp", zombieTopic, 0, "pay_y", "evt_y1")
 	env, err := envelope.DecodeRaw(thin.Value)
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{brokers: testenv.Kafka(t), raw: testenv.Topic(t, "raw", 3), dlq: testenv.Topic(t, "dlq", 2)}
 	// Not created: the first replay creates it, compacted.
 	f.replays = "replays-" + strings.TrimPrefix(testenv.Group(t), "g-")
-	t.Cleanup(func() { deleteTopic(t, f.brokers, f.replays) })
+	t.Cleanup(func() { testenv.DeleteTopics(t, f.brokers, f.replays) })
 	f.in = dlqtest.Start(t, f.brokers, f.raw, f.dlq)
 	tool, err := dlq.Open(dlq.Config{Brokers: f.brokers, DLQTopic: f.dlq, RawTopic: f.raw, ReplaysTopic: f.replays})
 	if err != nil {
@@ -56,18 +56,6 @@ func newFixture(t *testing.T) *fixture {
 	t.Cleanup(tool.Close)
 	f.tool = tool
 	return f
-}
-
-func deleteTopic(t *testing.T, brokers []string, topic string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topic)
 }
 
 // scan returns the records f matches.
@@ -91,13 +79,7 @@ func (f *fixture) scan(t *testing.T, filter dlq.Filter) []*dlq.Record {
 // rawRecords reads every record of the raw topic.
 func (f *fixture) rawRecords(t *testing.T) []*kgo.Record {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(f.brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(t.Context(), f.raw)
+	ends, err := testenv.Admin(t, f.brokers).ListEndOffsets(t.Context(), f.raw)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestGroupChurn(t *testing.T) {
 		mu   sync.Mutex
 		regs []*prometheus.Registry
 	)
-	start := func() *service {
+	start := func() *testenv.Service {
 		reg := prometheus.NewRegistry()
 		mu.Lock()
 		regs = append(regs, reg)
@@ -64,7 +64,7 @@ func TestGroupChurn(t *testing.T) {
 			Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20, Registerer: reg,
 		})
 	}
-	slots := []*service{start(), start(), start()}
+	slots := []*testenv.Service{start(), start(), start()}
 
 	// Traffic flows for the whole churn.
 	produced := make(chan struct{})
@@ -95,7 +95,7 @@ func TestGroupChurn(t *testing.T) {
 			victims = append(victims, (victims[0]+1)%len(slots))
 		}
 		for _, v := range victims {
-			slots[v].stop()
+			slots[v].Stop()
 		}
 		time.Sleep(time.Duration(r.IntN(400)) * time.Millisecond)
 		for _, v := range victims {
@@ -110,7 +110,7 @@ func TestGroupChurn(t *testing.T) {
 	ends := testenv.EndOffsets(t, brokers, raw)
 	testenv.WaitFor(t, 90*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	for _, s := range slots {
-		s.stop()
+		s.Stop()
 	}
 	watch.check(t)
 	t.Logf("%d restarts over %s, %d records", restarts, time.Since(churnStart).Round(time.Millisecond), len(recs))

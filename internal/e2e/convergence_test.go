@@ -223,8 +223,8 @@ func TestConvergenceThroughPipeline(t *testing.T) {
 	// run takes seconds.
 	testenv.WaitFor(t, 90*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
 	appliedIn := time.Since(start)
-	proc.stop()
-	relay.stop()
+	proc.Stop()
+	relay.Stop()
 	watch.check(t)
 	processed := time.Since(start)
 

@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/testenv"
@@ -46,27 +44,11 @@ func TestProcessorSurvivesConnectionResets(t *testing.T) {
 			recs = append(recs, rawRecord(t, raw, h.key, h.events[step]))
 		}
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-
-	p, err := processor.New(pool, processor.Config{
+	testenv.Produce(t, brokers, recs...)
+	runProcessor(t, pool, processor.Config{
 		Brokers: brokers, Topic: raw, Group: testenv.Group(t), BatchMaxRecords: 20,
-		RetryBackoffMax: 200 * time.Millisecond, Registerer: prometheus.NewRegistry(),
+		RetryBackoffMax: 200 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
 
 	inbox := func() int { return count(t, db.Pool, `SELECT count(*) FROM deliveries`) }
 	cuts := 0

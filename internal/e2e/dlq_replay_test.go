@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/dlq"
@@ -41,7 +40,7 @@ func TestDLQReplayAppliedOnce(t *testing.T) {
 	// Created by the first replay to each; deleted when the test ends.
 	replays := "replays-" + strings.TrimPrefix(group, "g-")
 	bypass := replays + "-bypass"
-	t.Cleanup(func() { deleteTopics(t, brokers, replays, bypass) })
+	t.Cleanup(func() { testenv.DeleteTopics(t, brokers, replays, bypass) })
 
 	// A real ingest dead-letters both webhooks: the "gh" source's driver
 	// refuses their ids (too long).
@@ -186,17 +185,4 @@ func dedupKeys(evs []provider.Event) []string {
 		out[i] = e.DedupKey
 	}
 	return out
-}
-
-// deleteTopics deletes topics, if they exist.
-func deleteTopics(t *testing.T, brokers []string, topics ...string) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, _ = kadm.NewClient(cl).DeleteTopics(ctx, topics...)
 }

@@ -273,8 +273,8 @@ func TestFailoverSlotsLoseNothing(t *testing.T) {
 	if err := syscall.Kill(receiver, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	proc.stop()
-	relay.stop()
+	proc.Stop()
+	relay.Stop()
 	pool.Close()
 	admin, err := pgx.Connect(ctx, superuserURL(standby))
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 
 // relayRun is a sink relay in the test process with a registry of its own.
 type relayRun struct {
-	*service
+	*testenv.Service
 	reg *prometheus.Registry
 }
 
@@ -48,7 +48,7 @@ func startRelayWith(t *testing.T, pool *pgxpool.Pool, cfg sink.Config) *relayRun
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &relayRun{service: startService(t, "sink", relay.Run), reg: reg}
+	return &relayRun{Service: testenv.Start(t, "sink", relay.Run), reg: reg}
 }
 
 // gauge reads the value of an unlabelled gauge of r.
@@ -136,7 +136,7 @@ func TestRepublishAfterLostSlot(t *testing.T) {
 	hs := genHistories(2000)
 	prod := producePaced(t, brokers, raw, hs, 5, 20*time.Millisecond)
 	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 300 }, "300 state records")
-	first.stop()
+	first.Stop()
 	slot := slotOf(t, db)
 	testenv.WaitFor(t, 30*time.Second, func() error {
 		_, err := db.Pool.Exec(t.Context(), `SELECT pg_drop_replication_slot($1)`, slot)
@@ -284,8 +284,8 @@ func TestFailoverLosesNoStateEvent(t *testing.T) {
 	if err := syscall.Kill(receiver, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	proc.stop()
-	relay.stop()
+	proc.Stop()
+	relay.Stop()
 	primary.Close()
 	pair.stack(t, "promote-standby")
 

@@ -42,38 +42,9 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// service is a component running in the test process.
-type service struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
-}
-
-// stop cancels the component and waits for Run to return (it drains).
-func (s *service) stop() {
-	s.once.Do(func() {
-		s.cancel()
-		<-s.done
-	})
-}
-
-func startService(t testing.TB, name string, run func(context.Context) error) *service {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &service{cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		if err := run(ctx); err != nil {
-			t.Errorf("%s: Run: %v", name, err)
-		}
-	}()
-	t.Cleanup(s.stop)
-	return s
-}
-
 // runProcessor runs a processor in the test process until the returned
 // service is stopped (or the test ends).
-func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *service {
+func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *testenv.Service {
 	t.Helper()
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -88,7 +59,7 @@ func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *servi
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startService(t, "processor", proc.Run)
+	return testenv.Start(t, "processor", proc.Run)
 }
 
 // runSink runs a sink relay in the test process, on its own checkpoint
@@ -96,7 +67,7 @@ func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *servi
 // slot, so every state event committed after runSink returns is relayed
 // however late the relay starts; it drops the slot and its publication
 // once the relay stopped (the slot would hold the shared server's WAL).
-func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *service {
+func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *testenv.Service {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -112,7 +83,7 @@ func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startService(t, "sink", relay.Run)
+	return testenv.Start(t, "sink", relay.Run)
 }
 
 // dropSlot drops the replication slot and publication of pool's schema

@@ -89,7 +89,7 @@ func TestBackfillThenBootstrapUnderTraffic(t *testing.T) {
 	hs := genHistories(2000)
 	prod := producePaced(t, brokers, raw, hs, 5, 20*time.Millisecond)
 	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 600 }, "600 state records")
-	without.stop()
+	without.Stop()
 	with := startRelayWith(t, db.Pool, sink.Config{Brokers: brokers, Topic: state, LatestTopic: latest, CheckpointTopic: ckpt})
 	testenv.Eventually(t, time.Minute, func() bool { return with.gauge(t, "paystream_sink_active") == 1 }, "the relay with a latest-state topic active")
 

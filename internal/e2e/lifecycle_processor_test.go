@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/testenv"
 )
@@ -117,14 +115,9 @@ func waitInTransaction(t *testing.T, pool *pgxpool.Pool, app string, bound time.
 // processor copies when it stops.
 func checkOffsetsCopied(t *testing.T, pool *pgxpool.Pool, brokers []string, group, topic string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	fetched, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	fetched, err := testenv.Admin(t, brokers).FetchOffsets(ctx, group)
 	if err == nil {
 		err = fetched.Error()
 	}

@@ -7,9 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
 	"github.com/paystream/paystream/sink"
@@ -100,14 +97,9 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 // (Empty, Ongoing, PrepareCommit, CompleteCommit, ...).
 func describeTxn(t *testing.T, brokers []string, txnID string) string {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	described, err := kadm.NewClient(cl).DescribeTransactions(ctx, txnID)
+	described, err := testenv.Admin(t, brokers).DescribeTransactions(ctx, txnID)
 	if err != nil {
 		t.Fatalf("describe transactional id %s: %v", txnID, err)
 	}

@@ -274,7 +274,7 @@ func TestRetentionRecoversAfterThreeDaysWithoutProcessor(t *testing.T) {
 		}
 		return nil
 	})
-	a.stop()
+	a.Stop()
 
 	clock.set(day0.Add(3*day + 13*time.Hour)) // day 4, 01:00: its partition was never made
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, Now: clock.Now, RetentionInterval: -1})

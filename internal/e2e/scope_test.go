@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -112,7 +111,7 @@ func TestNewGroupRereadsAsDuplicates(t *testing.T) {
 	groupA, groupB := testenv.Group(t)+"-a", testenv.Group(t)+"-b"
 	a := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: groupA})
 	waitCaughtUp(t, db.Pool, brokers, groupA, raw, 60*time.Second)
-	a.stop()
+	a.Stop()
 	checkExactlyOnce(t, db.Pool, hs)
 	before := takeEffects(t, db.Pool)
 	inboxA := count(t, db.Pool, `SELECT count(*) FROM deliveries`)
@@ -121,7 +120,7 @@ func TestNewGroupRereadsAsDuplicates(t *testing.T) {
 	start := time.Now()
 	b := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: groupB})
 	waitCaughtUp(t, db.Pool, brokers, groupB, raw, 60*time.Second)
-	b.stop()
+	b.Stop()
 	t.Logf("group B re-read %d records in %s", len(recs), time.Since(start).Round(time.Millisecond))
 
 	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries`) - inboxA; n != len(recs) {
@@ -141,12 +140,7 @@ func TestNewGroupRereadsAsDuplicates(t *testing.T) {
 // topic ID) with a leader for every partition.
 func recreateTopic(t *testing.T, brokers []string, topic string, partitions int32) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
+	adm := testenv.Admin(t, brokers)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	md, err := adm.Metadata(ctx, topic)
@@ -198,7 +192,7 @@ func TestRecreatedTopicResumesFromStart(t *testing.T) {
 	testenv.Produce(t, brokers, historyRecords(t, raw, first)...)
 	p := runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group})
 	waitCaughtUp(t, db.Pool, brokers, group, raw, 60*time.Second)
-	p.stop()
+	p.Stop()
 	oldOffsets := testenv.StoredOffsets(t, db.Pool, group, raw)
 
 	recreateTopic(t, brokers, raw, 3)
@@ -213,7 +207,7 @@ func TestRecreatedTopicResumesFromStart(t *testing.T) {
 
 	p = runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group})
 	testenv.WaitFor(t, 60*time.Second, func() error { return testenv.OffsetsBehind(t, db.Pool, group, raw, ends) })
-	p.stop()
+	p.Stop()
 	checkExactlyOnce(t, db.Pool, append(first, second...))
 	if n := count(t, db.Pool, `SELECT count(DISTINCT topic_id) FROM consumer_offsets WHERE group_id = $1`, group); n != 1 {
 		t.Errorf("consumer_offsets holds %d topic ids for the group, want 1 (the new incarnation's)", n)

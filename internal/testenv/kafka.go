@@ -80,6 +80,17 @@ func pingKafka(brokers []string) error {
 	return r.err
 }
 
+// Admin returns an admin client for brokers, closed when the test ends.
+func Admin(t testing.TB, brokers []string) *kadm.Client {
+	t.Helper()
+	adm, closeAdm, err := newAdmin(brokers)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(closeAdm)
+	return adm
+}
+
 func newAdmin(brokers []string) (*kadm.Client, func(), error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
@@ -115,7 +126,7 @@ func Topic(t testing.TB, prefix string, partitions int) string {
 	if err != nil {
 		t.Fatalf("testenv: create topic %s: %v", name, err)
 	}
-	t.Cleanup(func() { deleteTopic(t, brokers, name) })
+	t.Cleanup(func() { DeleteTopics(t, brokers, name) })
 
 	if err := waitForTopic(ctx, adm, name, partitions); err != nil {
 		t.Fatalf("testenv: topic %s: %v", name, err)
@@ -164,21 +175,27 @@ func topicReady(td kadm.TopicDetail, partitions int) error {
 	return nil
 }
 
-func deleteTopic(t testing.TB, brokers []string, name string) {
+// DeleteTopics deletes the named topics that exist, and fails the test if
+// the cluster refuses to delete one.
+func DeleteTopics(t testing.TB, brokers []string, names ...string) {
+	t.Helper()
 	adm, closeAdm, err := newAdmin(brokers)
 	if err != nil {
-		t.Errorf("testenv: delete topic %s: %v", name, err)
+		t.Errorf("testenv: delete topics %v: %v", names, err)
 		return
 	}
 	defer closeAdm()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := adm.DeleteTopic(ctx, name)
-	if err == nil {
-		err = resp.Err
+	resps, err := adm.DeleteTopics(ctx, names...)
+	if err != nil {
+		t.Errorf("testenv: delete topics %v: %v", names, err)
+		return
 	}
-	if err != nil && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-		t.Errorf("testenv: delete topic %s: %v", name, err)
+	for _, r := range resps.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownTopicOrPartition) {
+			t.Errorf("testenv: delete topic %s: %v", r.Topic, r.Err)
+		}
 	}
 }
 

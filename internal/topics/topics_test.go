@@ -10,23 +10,12 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/internal/topics"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-func admin(t *testing.T) *kadm.Client {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(testenv.Kafka(t)...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
-	return kadm.NewClient(cl)
-}
 
 // layout returns a Layout of fresh topic names, deleted when the test ends.
 func layout(t *testing.T, adm *kadm.Client) topics.Layout {
@@ -89,7 +78,7 @@ func partitions(t *testing.T, adm *kadm.Client, topic string) int {
 // back; run again, it finds nothing to do.
 func TestEnsureCreatesTopicsWithConfigs(t *testing.T) {
 	t.Parallel()
-	adm := admin(t)
+	adm := testenv.Admin(t, testenv.Kafka(t))
 	l := layout(t, adm)
 	l.RawRetention = 10 * 24 * time.Hour
 	res := ensure(t, adm, l)
@@ -127,7 +116,7 @@ func TestEnsureCreatesTopicsWithConfigs(t *testing.T) {
 // never changes.
 func TestEnsureReportsAndFixesDrift(t *testing.T) {
 	t.Parallel()
-	adm := admin(t)
+	adm := testenv.Admin(t, testenv.Kafka(t))
 	l := layout(t, adm)
 	ensure(t, adm, l)
 	set := func(topic, key, value string) {
@@ -191,7 +180,7 @@ func TestEnsureReportsAndFixesDrift(t *testing.T) {
 // once migrate re-records it with the operator's acceptance.
 func TestCheckPartitions(t *testing.T) {
 	t.Parallel()
-	adm := admin(t)
+	adm := testenv.Admin(t, testenv.Kafka(t))
 	db := testenv.NewDB(t)
 	raw := testenv.Topic(t, "raw", 3)
 	ctx := t.Context()
