@@ -8,11 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
-	"github.com/paystream/paystream/internal/ledger"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/testenv"
@@ -107,36 +105,7 @@ func TestProcessorSIGKILLMidStream(t *testing.T) {
 	}
 
 	// Watch stored offsets the whole time: they must never decrease.
-	stopWatch := make(chan struct{})
-	var watch sync.WaitGroup
-	var regressions []string
-	watch.Add(1)
-	go func() {
-		defer watch.Done()
-		last := map[int32]int64{}
-		for {
-			select {
-			case <-stopWatch:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			rows, err := db.Pool.Query(context.Background(), `SELECT partition, next_offset FROM consumer_offsets WHERE group_id = $1`, group)
-			if err != nil {
-				continue
-			}
-			for rows.Next() {
-				var p int32
-				var off int64
-				if rows.Scan(&p, &off) == nil {
-					if off < last[p] {
-						regressions = append(regressions, fmt.Sprintf("partition %d: %d after %d", p, off, last[p]))
-					}
-					last[p] = off
-				}
-			}
-			rows.Close()
-		}
-	}()
+	watch := watchOffsets(t, db.Pool, group, raw)
 
 	// The rest of the traffic arrives while the processor runs and dies.
 	var produce sync.WaitGroup
@@ -167,8 +136,7 @@ func TestProcessorSIGKILLMidStream(t *testing.T) {
 	startProcessor(t, db.URL, brokers, raw, group, "processor 3")
 	testenv.Eventually(t, 120*time.Second, func() bool { return inboxCount() == total },
 		"all %d records in the inbox after the last restart", total)
-	close(stopWatch)
-	watch.Wait()
+	watch.check(t)
 
 	// Every record is in the inbox exactly once (the table has a unique
 	// (topic, partition, offset) key), and nothing is left half-done.
@@ -181,77 +149,11 @@ func TestProcessorSIGKILLMidStream(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE reason = 'duplicate_event'`); n != payments {
 		t.Errorf("duplicate deliveries recorded = %d, want %d", n, payments)
 	}
-	if len(regressions) > 0 {
-		t.Errorf("stored offsets went backwards: %v", regressions)
-	}
 	// Stored offsets reached the end of every partition.
-	adm := kadm.NewClient(cl)
-	ends, err := adm.ListEndOffsets(context.Background(), raw)
-	if err != nil {
-		t.Fatal(err)
+	if err := testenv.OffsetsBehind(t, db.Pool, group, raw, testenv.EndOffsets(t, brokers, raw)); err != nil {
+		t.Error(err)
 	}
-	ends.Each(func(o kadm.ListedOffset) {
-		var stored int64
-		if err := db.Pool.QueryRow(context.Background(),
-			`SELECT next_offset FROM consumer_offsets WHERE group_id = $1 AND partition = $2`, group, o.Partition).Scan(&stored); err != nil {
-			t.Errorf("partition %d: stored offset: %v", o.Partition, err)
-			return
-		}
-		if stored != o.Offset {
-			t.Errorf("partition %d: stored offset %d, end offset %d", o.Partition, stored, o.Offset)
-		}
-	})
 
 	// Each payment's transitions and ledger equal in-order delivery's.
-	var m payment.Machine
-	wantPostings, wantTransitions := 0, 0
-	want := map[string]map[ledger.Key]int64{}
-	for _, h := range hs {
-		facts := make([]payment.Fact, len(h.events))
-		for i, e := range h.events {
-			facts[i] = e.Fact
-		}
-		r := m.Replay(payment.State{}, facts)
-		want[h.key] = r.State.Balances()
-		wantTransitions += len(r.Transitions)
-		for _, tr := range r.Transitions {
-			wantPostings += 2 * len(tr.Movements) // the view has two legs per movement
-		}
-	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM payment_transitions`); n != wantTransitions {
-		t.Errorf("transitions = %d, want %d", n, wantTransitions)
-	}
-	if n := count(t, db.Pool, `SELECT count(*) FROM ledger_postings`); n != wantPostings {
-		t.Errorf("ledger postings = %d, want %d (a duplicate would show here)", n, wantPostings)
-	}
-	rows, err := db.Pool.Query(context.Background(), `SELECT payment_key, account, currency, sum(amount_minor) FROM ledger_postings GROUP BY 1, 2, 3`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]map[ledger.Key]int64{}
-	for rows.Next() {
-		var key string
-		var k ledger.Key
-		var sum int64
-		if err := rows.Scan(&key, &k.Account, &k.Currency, &sum); err != nil {
-			t.Fatal(err)
-		}
-		if got[key] == nil {
-			got[key] = map[ledger.Key]int64{}
-		}
-		if sum != 0 {
-			got[key][k] = sum
-		}
-	}
-	rows.Close()
-	for key, w := range want {
-		for k, v := range w {
-			if got[key][k] != v {
-				t.Errorf("%s %s/%s balance = %d, want %d", key, k.Account, k.Currency, got[key][k], v)
-			}
-		}
-		if len(got[key]) != len(w) {
-			t.Errorf("%s: ledger accounts %v, want %v", key, got[key], w)
-		}
-	}
+	checkExactlyOnce(t, db.Pool, hs)
 }

@@ -22,7 +22,6 @@ import (
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/migrations"
 	"github.com/paystream/paystream/processor"
-	"github.com/paystream/paystream/sink"
 )
 
 // postgres17Version is the PostgreSQL 17 the failover-slot test runs:
@@ -215,10 +214,7 @@ func TestFailoverSlotsLoseNothing(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = standby.Stop(context.Background()) })
 
-	slot, err := sink.SetupSlot(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slot := setupSlot(t, pool)
 	var failover bool
 	if err := pool.QueryRow(ctx, `SELECT failover FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&failover); err != nil || !failover {
 		t.Fatalf("slot %s failover = %v (%v), want a failover slot on Postgres 17", slot, failover, err)
@@ -229,8 +225,7 @@ func TestFailoverSlotsLoseNothing(t *testing.T) {
 	}
 	defer standbyPool.Close()
 	brokers := testenv.Kafka(t)
-	raw, state, ckpt := testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1)
-	group := testenv.Group(t)
+	raw, state, ckpt, group := relayTopics(t)
 	proc := runProcessor(t, pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20})
 	relay := startRelay(t, pool, brokers, state, ckpt)
 	// A first flow moves the slot, which the standby then keeps a copy of.

@@ -125,11 +125,8 @@ func TestRepublishAfterLostSlot(t *testing.T) {
 	testenv.SkipIfShort(t)
 	db := testenv.NewDB(t)
 	brokers := testenv.Kafka(t)
-	raw, state, ckpt := testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1)
-	group := testenv.Group(t)
-	if _, err := sink.SetupSlot(t.Context(), db.Pool); err != nil {
-		t.Fatal(err)
-	}
+	raw, state, ckpt, group := relayTopics(t)
+	setupSlot(t, db.Pool)
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20})
 	first := startRelay(t, db.Pool, brokers, state, ckpt)
 
@@ -249,8 +246,7 @@ func TestFailoverLosesNoStateEvent(t *testing.T) {
 	pair := newPGPair(t)
 	ctx := t.Context()
 	brokers := testenv.Kafka(t)
-	raw, state, ckpt := testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1)
-	group := testenv.Group(t)
+	raw, state, ckpt, group := relayTopics(t)
 
 	primary, err := pgxpool.New(ctx, pair.primary)
 	if err != nil {
@@ -260,9 +256,7 @@ func TestFailoverLosesNoStateEvent(t *testing.T) {
 	if _, err := migrations.Apply(ctx, primary); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sink.SetupSlot(ctx, primary); err != nil {
-		t.Fatal(err)
-	}
+	setupSlot(t, primary)
 	pair.stack(t, "standby-up")
 	proc := runProcessor(t, primary, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20})
 	relay := startRelay(t, primary, brokers, state, ckpt)

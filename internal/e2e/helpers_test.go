@@ -69,11 +69,7 @@ func runProcessor(t testing.TB, pool *pgxpool.Pool, cfg processor.Config) *teste
 // once the relay stopped (the slot would hold the shared server's WAL).
 func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *testenv.Service {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := sink.SetupSlot(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
+	setupSlot(t, pool)
 	t.Cleanup(func() { dropSlot(t, pool) })
 	relay, err := sink.New(pool, sink.Config{
 		Brokers: brokers, Topic: topic, CheckpointTopic: testenv.Topic(t, "ckpt", 1),
@@ -84,6 +80,27 @@ func runSink(t testing.TB, pool *pgxpool.Pool, brokers []string, topic string) *
 		t.Fatal(err)
 	}
 	return testenv.Start(t, "sink", relay.Run)
+}
+
+// setupSlot creates the replication slot of pool's schema, as paystream
+// migrate does, and returns its name.
+func setupSlot(t testing.TB, pool *pgxpool.Pool) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	slot, err := sink.SetupSlot(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slot
+}
+
+// relayTopics creates the topics of a test running its own processor and
+// relays (raw and state of three partitions each, the relays' checkpoint
+// topic) and names the processor's consumer group.
+func relayTopics(t testing.TB) (raw, state, ckpt, group string) {
+	t.Helper()
+	return testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1), testenv.Group(t)
 }
 
 // dropSlot drops the replication slot and publication of pool's schema

@@ -78,12 +78,9 @@ func TestBackfillThenBootstrapUnderTraffic(t *testing.T) {
 	testenv.SkipIfShort(t)
 	db := testenv.NewDB(t)
 	brokers := testenv.Kafka(t)
-	raw, state, ckpt := testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1)
+	raw, state, ckpt, group := relayTopics(t)
 	latest := testenv.Topic(t, "latest", 3)
-	group := testenv.Group(t)
-	if _, err := sink.SetupSlot(t.Context(), db.Pool); err != nil {
-		t.Fatal(err)
-	}
+	setupSlot(t, db.Pool)
 	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20})
 	without := startRelay(t, db.Pool, brokers, state, ckpt)
 	hs := genHistories(2000)

@@ -33,12 +33,9 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 	testenv.SkipIfShort(t)
 	db := testenv.NewDB(t)
 	brokers := testenv.Kafka(t)
-	raw, state, ckpt := testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1)
-	group := testenv.Group(t)
-	// As paystream migrate does; testenv drops the slot with the schema.
-	if _, err := sink.SetupSlot(t.Context(), db.Pool); err != nil {
-		t.Fatal(err)
-	}
+	raw, state, ckpt, group := relayTopics(t)
+	// testenv drops the slot with the schema.
+	setupSlot(t, db.Pool)
 	id, err := sink.Identify(t.Context(), db.Pool, "")
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -76,10 +77,8 @@ func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, hs []history) {
 	}
 	got := ledgerByPayment(t, pool)
 	for key, w := range balances {
-		for k, v := range w {
-			if got[key][k] != v {
-				t.Errorf("%s %s/%s balance = %d, want %d", key, k.Account, k.Currency, got[key][k], v)
-			}
+		if !maps.Equal(got[key], w) {
+			t.Errorf("%s: ledger balances %v, want %v", key, got[key], w)
 		}
 	}
 	if len(got) != len(balances) {

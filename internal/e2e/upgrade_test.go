@@ -26,7 +26,6 @@ import (
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/migrations"
 	"github.com/paystream/paystream/processor"
-	"github.com/paystream/paystream/sink"
 )
 
 // TestUpgradeInPlace: a schema filled by migrations 001-003 the way the
@@ -144,10 +143,7 @@ func TestUpgradeInPlace(t *testing.T) {
 
 	// The relay's slot exists before the upgrade (paystream migrate creates
 	// it); a test_decoding slot next to it lets the test read the WAL.
-	slot, err := sink.SetupSlot(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slot := setupSlot(t, pool)
 	peek := slot + "_peek"
 	if _, err := pool.Exec(ctx, `SELECT pg_create_logical_replication_slot($1, 'test_decoding')`, peek); err != nil {
 		t.Fatal(err)
@@ -357,9 +353,7 @@ func TestUpgradeUnderTraffic(t *testing.T) {
 	pool, _ := oldSchema(t, base)
 	brokers := testenv.Kafka(t)
 	ctx := t.Context()
-	if _, err := sink.SetupSlot(ctx, pool); err != nil { // paystream migrate creates it before migrating
-		t.Fatal(err)
-	}
+	setupSlot(t, pool) // paystream migrate creates it before migrating
 
 	// History that makes the upgrade slow: 200,000 inbox rows to copy.
 	const history = 200_000
@@ -561,10 +555,7 @@ func TestUpgradeRefusesToOverrunSlot(t *testing.T) {
 		  FROM generate_series(1, $1::int) AS i`, inbox); err != nil {
 		t.Fatal(err)
 	}
-	slot, err := sink.SetupSlot(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slot := setupSlot(t, pool)
 	keep := func(size string) {
 		t.Helper()
 		if _, err := admin.Exec(ctx, `ALTER SYSTEM SET max_slot_wal_keep_size = '`+size+`'`); err != nil {
