@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
@@ -440,18 +439,10 @@ func devWaitPayment(t *testing.T, dataDir, id string, cond func(inspectJSON) err
 // dev instance's acme source.
 func devPost(t *testing.T, baseURL, id string, ts time.Time, body string) int {
 	t.Helper()
-	sig, err := standardwebhooks.Sign(testSecret, id, ts, []byte(body))
+	req, err := signedRequest(baseURL, "acme", id, ts, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, baseURL+"/webhooks/acme", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(ts.Unix(), 10))
-	req.Header.Set("webhook-signature", sig)
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)

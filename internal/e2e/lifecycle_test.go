@@ -1,14 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,7 +16,6 @@ import (
 
 	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/envelope"
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
@@ -196,18 +193,10 @@ func postWebhook(client *http.Client, base, id string) answer {
 	now := time.Now()
 	body := fmt.Sprintf(`{"type":"payment.paid","timestamp":%q,"data":{"payment_id":%q,"amount":1000,"currency":"BRL"}}`,
 		now.UTC().Format(time.RFC3339), id)
-	sig, err := standardwebhooks.Sign(testSecret, id, now, []byte(body))
+	req, err := signedRequest(base, "acme", id, now, body)
 	if err != nil {
 		return answer{id: id, err: err, at: time.Now()}
 	}
-	req, err := http.NewRequest(http.MethodPost, base+"/webhooks/acme", bytes.NewReader([]byte(body)))
-	if err != nil {
-		return answer{id: id, err: err, at: time.Now()}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set("webhook-signature", sig)
 	resp, err := client.Do(req)
 	if err != nil {
 		return answer{id: id, err: err, refused: errors.Is(err, syscall.ECONNREFUSED), at: time.Now()}

@@ -1,18 +1,18 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/paystream/paystream/ingest"
 	"github.com/paystream/paystream/internal/envelope"
@@ -38,15 +38,20 @@ type pipeline struct {
 
 type pipelineOpts struct {
 	noProcessor bool
+	partitions  int                  // of the raw and state topics; 3 if 0
+	tracer      trace.TracerProvider // ingest's and the processor's, if set
 }
 
 func setup(t *testing.T, opts pipelineOpts) *pipeline {
 	t.Helper()
+	if opts.partitions == 0 {
+		opts.partitions = 3
+	}
 	p := &pipeline{
 		db:      testenv.NewDB(t),
 		brokers: testenv.Kafka(t),
-		raw:     testenv.Topic(t, "raw", 3),
-		state:   testenv.Topic(t, "state", 3),
+		raw:     testenv.Topic(t, "raw", opts.partitions),
+		state:   testenv.Topic(t, "state", opts.partitions),
 		dlq:     testenv.Topic(t, "dlq", 1),
 	}
 	sources, err := source.Parse([]byte(`
@@ -62,48 +67,36 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Sources: sources, Brokers: p.brokers, Topic: p.raw, DLQTopic: p.dlq})
+	p.url = serveIngest(t, ingest.Config{Sources: sources, Brokers: p.brokers, Topic: p.raw, DLQTopic: p.dlq, TracerProvider: opts.tracer})
+	if !opts.noProcessor {
+		runProcessor(t, p.db.Pool, processor.Config{Brokers: p.brokers, Topic: p.raw, Group: testenv.Group(t), TracerProvider: opts.tracer})
+	}
+	runSink(t, p.db.Pool, p.brokers, p.state)
+	return p
+}
+
+// serveIngest serves an ingest configured by cfg over HTTP until the test
+// ends, and returns its base URL.
+func serveIngest(t *testing.T, cfg ingest.Config) string {
+	t.Helper()
+	srv, err := ingest.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
-	p.url = hs.URL
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	if !opts.noProcessor {
-		proc, err := processor.New(p.db.Pool, processor.Config{
-			Brokers: p.brokers, Topic: p.raw, Group: testenv.Group(t), Registerer: prometheus.NewRegistry(),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() { defer wg.Done(); _ = proc.Run(ctx) }()
-	}
-	runSink(t, p.db.Pool, p.brokers, p.state)
-	return p
+	return hs.URL
 }
 
 // post sends a Standard Webhooks request signed with testSecret (or
 // whatever sign returns) and returns the status code.
 func (p *pipeline) post(t *testing.T, source, id string, ts time.Time, body string, tamper func(h http.Header)) int {
 	t.Helper()
-	sig, err := standardwebhooks.Sign(testSecret, id, ts, []byte(body))
+	req, err := signedRequest(p.url, source, id, ts, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, p.url+"/webhooks/"+source, bytes.NewBufferString(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", fmt.Sprint(ts.Unix()))
-	req.Header.Set("webhook-signature", sig)
 	if tamper != nil {
 		tamper(req.Header)
 	}
@@ -113,6 +106,24 @@ func (p *pipeline) post(t *testing.T, source, id string, ts time.Time, body stri
 	}
 	defer resp.Body.Close()
 	return resp.StatusCode
+}
+
+// signedRequest is a Standard Webhooks POST of body to base's
+// /webhooks/{source}, signed with testSecret.
+func signedRequest(base, source, id string, ts time.Time, body string) (*http.Request, error) {
+	sig, err := standardwebhooks.Sign(testSecret, id, ts, []byte(body))
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodPost, base+"/webhooks/"+source, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("webhook-id", id)
+	req.Header.Set("webhook-timestamp", fmt.Sprint(ts.Unix()))
+	req.Header.Set("webhook-signature", sig)
+	return req, nil
 }
 
 // consumeAll reads every record of topic from the start until want records

@@ -20,7 +20,6 @@ import (
 
 	"github.com/paystream/paystream/internal/kafkaconn"
 	"github.com/paystream/paystream/internal/payment"
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
@@ -152,18 +151,10 @@ func TestPipelineOverSASLSSL(t *testing.T) {
 // answer at all).
 func postSigned(t *testing.T, base, source, id string, ts time.Time, body string) int {
 	t.Helper()
-	sig, err := standardwebhooks.Sign(testSecret, id, ts, []byte(body))
+	req, err := signedRequest(base, source, id, ts, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, err := http.NewRequest(http.MethodPost, base+"/webhooks/"+source, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("webhook-id", id)
-	req.Header.Set("webhook-timestamp", fmt.Sprint(ts.Unix()))
-	req.Header.Set("webhook-signature", sig)
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		return 0

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -70,15 +69,8 @@ func setupSimPipeline(t *testing.T) *simPipeline {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := ingest.New(ingest.Config{Sources: sources, Brokers: p.brokers, Topic: p.raw, DLQTopic: testenv.Topic(t, "dlq", 1),
+	p.url = serveIngest(t, ingest.Config{Sources: sources, Brokers: p.brokers, Topic: p.raw, DLQTopic: testenv.Topic(t, "dlq", 1),
 		Logger: testLogger(t), Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	p.url = hs.URL
 
 	refetch := map[string]*source.RefetchConfig{}
 	for name, s := range sources {

@@ -3,22 +3,15 @@ package e2e
 import (
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/paystream/paystream/ingest"
-	"github.com/paystream/paystream/internal/provider"
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
-	"github.com/paystream/paystream/internal/source"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/internal/tracing"
-	"github.com/paystream/paystream/processor"
 )
 
 // TestOneTraceFromWebhookToStateEvent: with tracing on, one webhook makes
@@ -33,34 +26,7 @@ func TestOneTraceFromWebhookToStateEvent(t *testing.T) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
 	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
 
-	p := &pipeline{
-		db:      testenv.NewDB(t),
-		brokers: testenv.Kafka(t),
-		raw:     testenv.Topic(t, "raw", 1),
-		state:   testenv.Topic(t, "state", 1),
-		dlq:     testenv.Topic(t, "dlq", 1),
-	}
-	sources, err := source.Parse([]byte(`
-sources:
-  - name: acme
-    driver: standardwebhooks
-    secrets: ["`+testSecret+`"]
-`), map[string]provider.Factory{"standardwebhooks": standardwebhooks.New})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := ingest.New(ingest.Config{Sources: sources, Brokers: p.brokers, Topic: p.raw, DLQTopic: p.dlq, TracerProvider: tp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
-	p.url = hs.URL
-	runProcessor(t, p.db.Pool, processor.Config{
-		Brokers: p.brokers, Topic: p.raw, Group: testenv.Group(t), Registerer: prometheus.NewRegistry(), TracerProvider: tp,
-	})
-	runSink(t, p.db.Pool, p.brokers, p.state)
+	p := setup(t, pipelineOpts{partitions: 1, tracer: tp})
 
 	now := time.Now()
 	body := fmt.Sprintf(`{"type":"payment.paid","timestamp":%q,"data":{"payment_id":"pay_traced","amount":1050,"currency":"BRL"}}`,
