@@ -77,6 +77,16 @@ func connect(t *testing.T, url string) *pgx.Conn {
 	return conn
 }
 
+// queryOne connects to url and returns the one value sql selects.
+func queryOne[T any](t *testing.T, url, sql string) T {
+	t.Helper()
+	var v T
+	if err := connect(t, url).QueryRow(t.Context(), sql).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
 func TestStart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL cluster (run without -short)")
@@ -135,13 +145,8 @@ func TestStart(t *testing.T) {
 		if second.URL() != first.URL() {
 			t.Fatalf("second Start URL = %q, want the running server's %q", second.URL(), first.URL())
 		}
-		var pid1, pid2 int
-		if err := connect(t, first.URL()).QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid1); err != nil {
-			t.Fatal(err)
-		}
-		if err := connect(t, second.URL()).QueryRow(t.Context(), "SELECT pg_backend_pid()").Scan(&pid2); err != nil {
-			t.Fatal(err)
-		}
+		pid1 := queryOne[int](t, first.URL(), "SELECT pg_backend_pid()")
+		pid2 := queryOne[int](t, second.URL(), "SELECT pg_backend_pid()")
 		if pid1 == pid2 {
 			t.Fatalf("two connections share backend pid %d", pid1)
 		}
@@ -160,11 +165,7 @@ func TestStart(t *testing.T) {
 		if want := "127.0.0.1:" + strconv.Itoa(port); !strings.Contains(c.URL(), want) {
 			t.Fatalf("URL() = %q, want host %s", c.URL(), want)
 		}
-		var setting string
-		if err := connect(t, c.URL()).QueryRow(t.Context(), "SHOW listen_addresses").Scan(&setting); err != nil {
-			t.Fatal(err)
-		}
-		if setting != "127.0.0.1" {
+		if setting := queryOne[string](t, c.URL(), "SHOW listen_addresses"); setting != "127.0.0.1" {
 			t.Fatalf("listen_addresses = %q, want 127.0.0.1 only", setting)
 		}
 	})
@@ -174,11 +175,7 @@ func TestStart(t *testing.T) {
 		bundle := setup(t)
 
 		c := start(t, bundle.cfg)
-		var dir string
-		if err := connect(t, c.url(superuser, "postgres")).QueryRow(t.Context(), "SHOW unix_socket_directories").Scan(&dir); err != nil {
-			t.Fatal(err)
-		}
-		if dir != bundle.cfg.DataDir {
+		if dir := queryOne[string](t, c.url(superuser, "postgres"), "SHOW unix_socket_directories"); dir != bundle.cfg.DataDir {
 			t.Fatalf("unix_socket_directories = %q, want the data dir %q", dir, bundle.cfg.DataDir)
 		}
 	})
@@ -189,11 +186,7 @@ func TestStart(t *testing.T) {
 		bundle.cfg.DataDir = filepath.Join(bundle.cfg.DataDir, strings.Repeat("d", 110))
 
 		c := start(t, bundle.cfg)
-		var dir string
-		if err := connect(t, c.url(superuser, "postgres")).QueryRow(t.Context(), "SHOW unix_socket_directories").Scan(&dir); err != nil {
-			t.Fatal(err)
-		}
-		if dir != "" {
+		if dir := queryOne[string](t, c.url(superuser, "postgres"), "SHOW unix_socket_directories"); dir != "" {
 			t.Fatalf("unix_socket_directories = %q, want none", dir)
 		}
 	})

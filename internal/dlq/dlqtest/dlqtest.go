@@ -31,10 +31,9 @@ const (
 	HMACSecret = "hmac-secret-dlqtest"
 )
 
-// SourcesYAML configures two sources: "acme" (standardwebhooks) and "gh"
-// (hmac, event id from the kept Webhook-Id header: an id longer than 255
-// bytes is dead-lettered).
-const SourcesYAML = `
+// sourcesHead is the sources file of SourcesYAML and FixedSourcesYAML up
+// to the end of the "gh" source's options, which close with "}".
+const sourcesHead = `
 sources:
   - name: acme
     driver: standardwebhooks
@@ -42,22 +41,17 @@ sources:
   - name: gh
     driver: hmac
     secrets: ["` + HMACSecret + `"]
-    options: {header: X-Signature, algorithm: sha256, encoding: hex, id_header: Webhook-Id}
-`
+    options: {header: X-Signature, algorithm: sha256, encoding: hex`
+
+// SourcesYAML configures two sources: "acme" (standardwebhooks) and "gh"
+// (hmac, event id from the kept Webhook-Id header: an id longer than 255
+// bytes is dead-lettered).
+const SourcesYAML = sourcesHead + ", id_header: Webhook-Id}\n"
 
 // FixedSourcesYAML is SourcesYAML after a fix of the "gh" source: its event
 // ids no longer come from Webhook-Id, so the records dead-lettered for a
 // too long id now parse (with a business key).
-const FixedSourcesYAML = `
-sources:
-  - name: acme
-    driver: standardwebhooks
-    secrets: ["` + Secret + `"]
-  - name: gh
-    driver: hmac
-    secrets: ["` + HMACSecret + `"]
-    options: {header: X-Signature, algorithm: sha256, encoding: hex}
-`
+const FixedSourcesYAML = sourcesHead + "}\n"
 
 // Sources parses a sources file's text with paystream's drivers.
 func Sources(t testing.TB, yaml string) map[string]*source.Source {
