@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -47,6 +48,21 @@ func buggyDB(t *testing.T, more string) (*testenv.DB, int64) {
 		t.Fatal(err)
 	}
 	return db, epoch
+}
+
+// checkReplayedBad fails the test unless the replay of acme:pay_bad
+// applied its held events: partially refunded at version 2, not held.
+func checkReplayedBad(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	var st string
+	var version int64
+	var held bool
+	if err := pool.QueryRow(t.Context(), `SELECT status, version, held FROM payments WHERE payment_key = 'acme:pay_bad'`).Scan(&st, &version, &held); err != nil {
+		t.Fatal(err)
+	}
+	if st != "partially_refunded" || version != 2 || held {
+		t.Errorf("pay_bad = %s v%d held=%v, want partially_refunded v2 not held", st, version, held)
+	}
 }
 
 // TestReplayAppliesHeldPaymentOnce: a record that fails deterministically is
@@ -107,15 +123,7 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 	if report.Replayed["processed"] != 2 {
 		t.Errorf("replay report %v, want 2 processed", report.Replayed)
 	}
-	var st string
-	var version int64
-	var held bool
-	if err := db.Pool.QueryRow(ctx, `SELECT status, version, held FROM payments WHERE payment_key = 'acme:pay_bad'`).Scan(&st, &version, &held); err != nil {
-		t.Fatal(err)
-	}
-	if st != "partially_refunded" || version != 2 || held {
-		t.Errorf("pay_bad = %s v%d held=%v, want partially_refunded v2 not held", st, version, held)
-	}
+	checkReplayedBad(t, db.Pool)
 	var postings int
 	if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM ledger_postings WHERE payment_key = 'acme:pay_bad'`).Scan(&postings); err != nil {
 		t.Fatal(err)
@@ -315,15 +323,7 @@ func TestReplayWaitsForABatchInFlight(t *testing.T) {
 		t.Fatalf("Replay: %v", replayErr)
 	}
 
-	var st string
-	var version int64
-	var held bool
-	if err := db.Pool.QueryRow(ctx, `SELECT status, version, held FROM payments WHERE payment_key = 'acme:pay_bad'`).Scan(&st, &version, &held); err != nil {
-		t.Fatal(err)
-	}
-	if st != "partially_refunded" || version != 2 || held {
-		t.Errorf("pay_bad = %s v%d held=%v, want partially_refunded v2 not held", st, version, held)
-	}
+	checkReplayedBad(t, db.Pool)
 	var status, reason string
 	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'e2'`).Scan(&status, &reason); err != nil {
 		t.Fatal(err)
