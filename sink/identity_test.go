@@ -213,20 +213,7 @@ func openForeignTransaction(t *testing.T, brokers []string, topic string) (abort
 // version once and the relay skipped one replayed transaction.
 func checkSkipsAfterCrash(t *testing.T, b *bundle, whenActive, afterCrash func()) {
 	t.Helper()
-	var mu sync.Mutex
-	commits, crashes := 0, 0
-	r := b.startRelay(t, func(r *sink.Relay) {
-		sink.SetAfterCommitHook(r, func(uint64) error {
-			mu.Lock()
-			defer mu.Unlock()
-			if commits++; commits == 2 {
-				crashes++
-				return errors.New("planted crash between Kafka commit and slot confirm")
-			}
-			return nil
-		})
-	})
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	r, crashes := b.startCrashingRelay(t, func(commit int) bool { return commit == 2 })
 	whenActive()
 	ctx := context.Background()
 	for v := int64(1); v <= 2; v++ {
@@ -237,7 +224,7 @@ func checkSkipsAfterCrash(t *testing.T, b *bundle, whenActive, afterCrash func()
 			return r.metric(t, "paystream_sink_kafka_transaction_seconds") >= float64(v)
 		}, "transaction %d committed", v)
 	}
-	testenv.Eventually(t, 30*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return crashes == 1 }, "planted crash")
+	testenv.Eventually(t, 30*time.Second, func() bool { return crashes() == 1 }, "planted crash")
 	afterCrash()
 	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
 	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 2})

@@ -98,6 +98,33 @@ func (b *bundle) startRelay(t *testing.T, configure func(*sink.Relay)) *runningR
 	return &runningRelay{reg: reg, stop: stop}
 }
 
+// startCrashingRelay starts a relay whose Kafka transactions numbered
+// crashAt (from 1, in commit order) fail between their commit and the slot
+// confirmation, as a crash there would, and returns it once it is active,
+// with the number of crashes planted so far.
+func (b *bundle) startCrashingRelay(t *testing.T, crashAt func(commit int) bool) (r *runningRelay, crashes func() int) {
+	t.Helper()
+	var mu sync.Mutex
+	commits, crashed := 0, 0
+	r = b.startRelay(t, func(r *sink.Relay) {
+		sink.SetAfterCommitHook(r, func(uint64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if commits++; crashAt(commits) {
+				crashed++
+				return errors.New("planted crash between Kafka commit and slot confirm")
+			}
+			return nil
+		})
+	})
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	return r, func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return crashed
+	}
+}
+
 // metric returns the value of the relay's metric name (a histogram's
 // sample count), failing the test if the relay has none.
 func (r *runningRelay) metric(t *testing.T, name string) float64 {
@@ -444,17 +471,7 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 func TestRelaySkipsCheckpointedAfterCrash(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 3)
-	var crashes atomic.Int64
-	r := b.startRelay(t, func(r *sink.Relay) {
-		sink.SetAfterCommitHook(r, func(uint64) error {
-			if crashes.Load() < 3 {
-				crashes.Add(1)
-				return errors.New("planted crash between Kafka commit and slot confirm")
-			}
-			return nil
-		})
-	})
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	r, crashes := b.startCrashingRelay(t, func(commit int) bool { return commit <= 3 })
 	// Three rounds of writes, each published by a Kafka transaction whose
 	// slot confirmation the hook prevents.
 	want := map[string]int64{}
@@ -466,7 +483,7 @@ func TestRelaySkipsCheckpointedAfterCrash(t *testing.T) {
 		for k, n := range v {
 			want[k] = n
 		}
-		testenv.Eventually(t, time.Minute, func() bool { return crashes.Load() >= round }, "planted crash %d", round)
+		testenv.Eventually(t, time.Minute, func() bool { return int64(crashes()) >= round }, "planted crash %d", round)
 	}
 	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
 	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got == 0 {
