@@ -101,7 +101,7 @@ func postSigned(t *testing.T, b *bench, n int, pause time.Duration) map[int]int 
 	codes := map[int]int{}
 	for range n {
 		now := time.Now()
-		resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_gw_"+uniq(), now, paidBody("pay_gw_"+uniq(), now)))
+		resp, _ := b.post(t, paidWebhook(t, "msg_gw_"+uniq(), "pay_gw_"+uniq(), now))
 		codes[resp.StatusCode]++
 		time.Sleep(pause)
 	}
@@ -284,7 +284,7 @@ func TestConnectionCap(t *testing.T) {
 		defer tr.CloseIdleConnections()
 		gw := &http.Client{Transport: tr}
 		now := time.Now()
-		w := signedStandard(t, "sw", swSecret, "msg_cap_"+uniq(), now, paidBody("pay_cap_"+uniq(), now))
+		w := paidWebhook(t, "msg_cap_"+uniq(), "pay_cap_"+uniq(), now)
 		req, err := http.NewRequest(http.MethodPost, b.url+"/webhooks/sw", strings.NewReader(string(w.body)))
 		if err != nil {
 			t.Fatal(err)

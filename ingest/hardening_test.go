@@ -371,12 +371,12 @@ func TestClientGoneIsNotUnavailable(t *testing.T) {
 		})
 		t.Cleanup(g.reopen) // before Serve returns: let the held record go
 		now := time.Now()
-		if resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_warm_"+uniq(), now, paidBody("pay_warm_"+uniq(), now))); resp.StatusCode != http.StatusOK {
+		if resp, _ := b.post(t, paidWebhook(t, "msg_warm_"+uniq(), "pay_warm_"+uniq(), now)); resp.StatusCode != http.StatusOK {
 			t.Fatalf("warm-up: %d", resp.StatusCode)
 		}
 		g.shut()
 		ctx, cancel := context.WithCancel(context.Background())
-		w := signedStandard(t, "sw", swSecret, "msg_gone_"+uniq(), now, paidBody("pay_gone_"+uniq(), now))
+		w := paidWebhook(t, "msg_gone_"+uniq(), "pay_gone_"+uniq(), now)
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.url+"/webhooks/sw", bytes.NewReader(w.body))
 		if err != nil {
 			t.Fatal(err)

@@ -125,7 +125,7 @@ func TestIdleConnectionsMemory(t *testing.T) {
 				t.Errorf("heap + stacks grew %d MiB, want under %d MiB", grew>>20, bound>>20)
 			}
 			now := time.Now()
-			if resp, body := b.post(t, signedStandard(t, "sw", swSecret, "msg_idle_"+uniq(), now, paidBody("pay_idle_"+uniq(), now))); resp.StatusCode != http.StatusOK {
+			if resp, body := b.post(t, paidWebhook(t, "msg_idle_"+uniq(), "pay_idle_"+uniq(), now)); resp.StatusCode != http.StatusOK {
 				t.Errorf("gateway with %v idle connections open: %d %s, want 200", held, resp.StatusCode, body)
 			}
 		})

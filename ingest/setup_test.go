@@ -187,6 +187,13 @@ func signedStandard(t testing.TB, source, secret, id string, ts time.Time, body 
 	return webhook{source: source, header: h, body: []byte(body)}
 }
 
+// paidWebhook is the "sw" source's payment.paid webhook id for paymentID
+// at ts, signed with swSecret.
+func paidWebhook(t testing.TB, id, paymentID string, ts time.Time) webhook {
+	t.Helper()
+	return signedStandard(t, "sw", swSecret, id, ts, paidBody(paymentID, ts))
+}
+
 func paidBody(paymentID string, ts time.Time) string {
 	return fmt.Sprintf(`{"type":"payment.paid","timestamp":%q,"data":{"payment_id":%q,"amount":1050,"currency":"BRL"}}`,
 		ts.UTC().Format(time.RFC3339), paymentID)
@@ -215,7 +222,7 @@ func driverCases(t testing.TB, now time.Time) []driverCase {
 	var cases []driverCase
 
 	swID := "msg_" + u
-	cases = append(cases, driverCase{"standardwebhooks", signedStandard(t, "sw", swSecret, swID, now, paidBody("pay_"+u, now)), "sw:pay_" + u, swID, swSecret})
+	cases = append(cases, driverCase{"standardwebhooks", paidWebhook(t, swID, "pay_"+u, now), "sw:pay_" + u, swID, swSecret})
 
 	stBody := fmt.Sprintf(`{"id":"evt_%s","object":"event","created":%d,"type":"payment_intent.succeeded","data":{"object":{"id":"pi_%s","object":"payment_intent","amount":2000,"amount_received":2000,"currency":"usd","status":"succeeded"}}}`, u, now.Unix(), u)
 	cases = append(cases, driverCase{"stripe", json("st", http.Header{stripe.HeaderSignature: {stripe.Sign(stSecret, now, []byte(stBody))}}, stBody), "st:pi_" + u, "evt_" + u, stSecret})

@@ -118,7 +118,7 @@ func TestDuplicateDeliveryIsAccepted(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
 		b := setup(t, server, nil)
 		now := time.Now()
-		w := signedStandard(t, "sw", swSecret, "msg_dup_"+uniq(), now, paidBody("pay_dup", now))
+		w := paidWebhook(t, "msg_dup_"+uniq(), "pay_dup", now)
 		for i := range 3 {
 			if resp, body := b.post(t, w); resp.StatusCode != http.StatusOK || strings.TrimSpace(body) != receivedOK {
 				t.Fatalf("delivery %d: %d %q", i, resp.StatusCode, body)
@@ -227,7 +227,7 @@ func TestIrrelevantIsAcknowledgedNotKept(t *testing.T) {
 		}
 		// A processable webhook afterwards proves the producer works, so the
 		// counts below are not an artifact of a broken setup.
-		if resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_ok_"+uniq(), now, paidBody("pay_ok", now))); resp.StatusCode != http.StatusOK {
+		if resp, _ := b.post(t, paidWebhook(t, "msg_ok_"+uniq(), "pay_ok", now)); resp.StatusCode != http.StatusOK {
 			t.Fatalf("valid webhook: %d", resp.StatusCode)
 		}
 		if n := testenv.EndOffsetSum(t, b.brokers, b.raw); n != 1 {
@@ -351,7 +351,7 @@ func TestUnavailableBrokerIs503(t *testing.T) {
 		hs := newServer(t, srv)
 
 		now := time.Now()
-		w := signedStandard(t, "sw", swSecret, "msg_503", now, paidBody("pay_503", now))
+		w := paidWebhook(t, "msg_503", "pay_503", now)
 		type answer struct {
 			resp    *http.Response
 			body    string
@@ -403,7 +403,7 @@ func TestMissingTopicIs503(t *testing.T) {
 			c.ProduceTimeout = 500 * time.Millisecond
 		})
 		now := time.Now()
-		resp, body := b.post(t, signedStandard(t, "sw", swSecret, "msg_nt", now, paidBody("pay_nt", now)))
+		resp, body := b.post(t, paidWebhook(t, "msg_nt", "pay_nt", now))
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "5" {
 			t.Errorf("answer %d %q Retry-After %q, want 503 with the default Retry-After 5", resp.StatusCode, body, resp.Header.Get("Retry-After"))
 		}
@@ -426,7 +426,7 @@ func TestConcurrentWebhooksAllAcknowledged(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, _ := b.post(t, signedStandard(t, "sw", swSecret, "msg_c"+strconv.Itoa(i)+"_"+uniq(), now, paidBody("pay_c"+strconv.Itoa(i%20), now)))
+				resp, _ := b.post(t, paidWebhook(t, "msg_c"+strconv.Itoa(i)+"_"+uniq(), "pay_c"+strconv.Itoa(i%20), now))
 				codes[i] = resp.StatusCode
 			}()
 		}
