@@ -26,11 +26,7 @@ func TestTopic(t *testing.T) {
 				t.Errorf("topic name %q lacks the prefix and test name", topic)
 			}
 
-			adm, closeAdm, err := newAdmin(brokers)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer closeAdm()
+			adm := Admin(t, brokers)
 			md, err := adm.Metadata(t.Context(), topic)
 			if err != nil {
 				t.Fatal(err)
@@ -59,11 +55,7 @@ func TestTopic(t *testing.T) {
 			t.Fatal("inner test made no topic")
 		}
 
-		adm, closeAdm, err := newAdmin(brokers)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer closeAdm()
+		adm := Admin(t, brokers)
 		WaitFor(t, 30*time.Second, func() error {
 			md, err := adm.Metadata(t.Context(), topic)
 			if err != nil {
