@@ -2,6 +2,7 @@ package money
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -68,19 +69,26 @@ var parseCases = []struct {
 	{"1", "", 0, ErrUnknownCurrency},
 }
 
+// checkParsed fails the test unless call returned an error wrapping
+// wantErr, or, when wantErr is nil, want and no error.
+func checkParsed(t *testing.T, call string, got int64, err error, want int64, wantErr error) {
+	t.Helper()
+	if wantErr != nil {
+		if !errors.Is(err, wantErr) {
+			t.Errorf("%s = %d, %v; want %v", call, got, err, wantErr)
+		}
+		return
+	}
+	if err != nil || got != want {
+		t.Errorf("%s = %d, %v; want %d", call, got, err, want)
+	}
+}
+
 func TestParse(t *testing.T) {
 	t.Parallel()
 	for _, tc := range parseCases {
 		got, err := Parse(tc.text, tc.currency)
-		if tc.err != nil {
-			if !errors.Is(err, tc.err) {
-				t.Errorf("Parse(%.40q, %q) = %d, %v; want %v", tc.text, tc.currency, got, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("Parse(%.40q, %q) = %d, %v; want %d", tc.text, tc.currency, got, err, tc.want)
-		}
+		checkParsed(t, fmt.Sprintf("Parse(%.40q, %q)", tc.text, tc.currency), got, err, tc.want, tc.err)
 	}
 }
 
@@ -102,15 +110,7 @@ func TestParseMinor(t *testing.T) {
 		{"", 0, ErrEmpty},
 	} {
 		got, err := ParseMinor(tc.text)
-		if tc.err != nil {
-			if !errors.Is(err, tc.err) {
-				t.Errorf("ParseMinor(%.40q) = %d, %v; want %v", tc.text, got, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("ParseMinor(%.40q) = %d, %v; want %d", tc.text, got, err, tc.want)
-		}
+		checkParsed(t, fmt.Sprintf("ParseMinor(%.40q)", tc.text), got, err, tc.want, tc.err)
 	}
 }
 
