@@ -176,12 +176,7 @@ func genPayments(t *testing.T, r *rand.Rand, min int) []*convPayment {
 // Rerun a failing seed with: go test ./internal/e2e -run TestConvergenceThroughPipeline -e2e.seed=N
 func TestConvergenceThroughPipeline(t *testing.T) {
 	t.Parallel()
-	seed := *convergenceSeed
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (rerun: go test ./internal/e2e -run %s -e2e.seed=%d)", seed, t.Name(), seed)
-	r := rand.New(rand.NewPCG(seed, 0))
+	r := rand.New(rand.NewPCG(testenv.Seed(t, *convergenceSeed, "./internal/e2e", "e2e.seed"), 0))
 
 	db := testenv.NewDB(t)
 	brokers := testenv.Kafka(t)

@@ -13,17 +13,13 @@ import (
 	"github.com/paystream/paystream/internal/ledger"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/payment/paymenttest"
+	"github.com/paystream/paystream/internal/testenv"
 )
 
 var seedFlag = flag.Uint64("payment.seed", 0, "seed for the payment property tests (0: random, logged)")
 
 func propertySeed(t *testing.T) uint64 {
-	seed := *seedFlag
-	if seed == 0 {
-		seed = rand.Uint64()
-	}
-	t.Logf("seed %d (rerun: go test ./internal/payment -run %s -payment.seed=%d)", seed, t.Name(), seed)
-	return seed
+	return testenv.Seed(t, *seedFlag, "./internal/payment", "payment.seed")
 }
 
 // deliver is what the processor may see: the facts in any order, some more
