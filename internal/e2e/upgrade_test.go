@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strings"
@@ -251,7 +252,7 @@ func TestUpgradeInPlace(t *testing.T) {
 				bal[k] = v
 			}
 		}
-		if p.Status != want.status || p.Version != want.version || p.Held || !equalBalances(bal, want.bal) {
+		if p.Status != want.status || p.Version != want.version || p.Held || !maps.Equal(bal, want.bal) {
 			t.Errorf("inspect %s: %s v%d held=%v balances %v; want %s v%d, balances %v", key, p.Status, p.Version, p.Held, bal, want.status, want.version, want.bal)
 		}
 		if len(p.Transitions) != int(want.version) {
@@ -281,18 +282,6 @@ func TestUpgradeInPlace(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("state events after the upgrade: %q, want %q", got, want)
 	}
-}
-
-func equalBalances(a, b map[string]int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // oldSchema creates a schema next to base's, migrated to version 3 (the
