@@ -141,7 +141,7 @@ func TestRelayAvroToPythonConsumer(t *testing.T) {
 	})
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	running := &runningRelay{reg: reg}
-	testenv.Eventually(t, 30*time.Second, func() bool { return running.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	running.waitActive(t, "relay active")
 
 	// 20 payments, 1 to 5 versions each, in transactions of up to 7
 	// events; every third transaction is first tried and rolled back with

@@ -100,7 +100,7 @@ func TestTwoDatabasesOneCluster(t *testing.T) {
 		d.relay = d.b.startRelay(t, nil)
 	}
 	for i, d := range deps {
-		testenv.Eventually(t, 30*time.Second, func() bool { return d.relay.metric(t, "paystream_sink_active") == 1 }, "relay %d active", i)
+		d.relay.waitActive(t, "relay %d active", i)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(deps))

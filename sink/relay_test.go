@@ -117,12 +117,19 @@ func (b *bundle) startCrashingRelay(t *testing.T, crashAt func(commit int) bool)
 			return nil
 		})
 	})
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	r.waitActive(t, "relay active")
 	return r, func() int {
 		mu.Lock()
 		defer mu.Unlock()
 		return crashed
 	}
+}
+
+// waitActive waits until r holds the slot (paystream_sink_active 1);
+// msgAndArgs say what the test waited for if it never does.
+func (r *runningRelay) waitActive(t *testing.T, msgAndArgs ...any) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, msgAndArgs...)
 }
 
 // metric returns the value of the relay's metric name (a histogram's
@@ -353,7 +360,7 @@ func TestRelayPublishesCommittedInOrder(t *testing.T) {
 	b := setup(t, 3)
 	other := schemaOnSameServer(t, b)
 	r := b.startRelay(t, nil)
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	r.waitActive(t, "relay active")
 
 	ctx := context.Background()
 	// One transaction, 300 versions of one payment: emit order is kept.
@@ -434,7 +441,7 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	first := b.startRelay(t, nil)
-	testenv.Eventually(t, 30*time.Second, func() bool { return first.metric(t, "paystream_sink_active") == 1 }, "first relay active")
+	first.waitActive(t, "first relay active")
 	second := b.startRelay(t, nil)
 	ctx := context.Background()
 	for v := int64(1); v <= 5; v++ {
@@ -451,7 +458,7 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 		t.Errorf("standby published %v events, want 0", got)
 	}
 	first.stop()
-	testenv.Eventually(t, 30*time.Second, func() bool { return second.metric(t, "paystream_sink_active") == 1 }, "standby takes over")
+	second.waitActive(t, "standby takes over")
 	for v := int64(6); v <= 8; v++ {
 		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
 			t.Fatal(err)
@@ -562,7 +569,7 @@ func TestRelayHeartbeatAdvancesQuietSlot(t *testing.T) {
 	t.Parallel()
 	b := setup(t, 1)
 	r := b.startRelay(t, nil)
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.metric(t, "paystream_sink_active") == 1 }, "relay active")
+	r.waitActive(t, "relay active")
 	// WAL that holds no message for this relay.
 	if _, err := b.db.Pool.Exec(context.Background(), `CREATE TABLE filler AS SELECT g FROM generate_series(1, 10000) g`); err != nil {
 		t.Fatal(err)
