@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"fmt"
-	"maps"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -11,7 +9,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
 )
@@ -129,31 +126,7 @@ func TestGroupChurn(t *testing.T) {
 		t.Errorf("redeliveries recorded = %d, want %d", n, payments)
 	}
 
-	var m payment.Machine
-	wantTransitions, wantPostings := 0, 0
-	ledgers := ledgerByPayment(t, db.Pool)
-	for _, h := range hs {
-		var facts []payment.Fact
-		for _, ev := range h.events {
-			facts = append(facts, ev.Fact)
-		}
-		want := m.Replay(payment.State{}, facts)
-		wantTransitions += len(want.Transitions)
-		for _, tr := range want.Transitions {
-			wantPostings += 2 * len(tr.Movements) // the view has two legs per movement
-		}
-		if !maps.Equal(ledgers[h.key], want.State.Balances()) {
-			t.Errorf("%s: ledger %v, want %v", h.key, ledgers[h.key], want.State.Balances())
-		}
-	}
-	for _, c := range []struct {
-		table string
-		want  int
-	}{{"payment_transitions", wantTransitions}, {"ledger_postings", wantPostings}, {"ledger_movements", wantPostings / 2}} {
-		if n := count(t, db.Pool, fmt.Sprintf(`SELECT count(*) FROM %s`, c.table)); n != c.want {
-			t.Errorf("%s rows = %d, want %d (a duplicate effect would show here)", c.table, n, c.want)
-		}
-	}
+	checkExactlyOnce(t, db.Pool, hs)
 
 	// The churn really moved partitions: each claim bumps an epoch.
 	claims := count(t, db.Pool, `SELECT COALESCE(sum(owner_epoch), 0) FROM consumer_offsets WHERE group_id = $1`, group)

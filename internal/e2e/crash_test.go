@@ -24,6 +24,11 @@ type history struct {
 	events []provider.Event
 }
 
+// inOrder is what applying h's events once each, in order, makes.
+func (h history) inOrder() payment.Replayed {
+	return payment.Machine{}.Replay(payment.State{}, factsOf(h.events))
+}
+
 // genHistories makes n payments, each created, paid, paid again (a
 // redelivery of the same event), then partially refunded.
 func genHistories(n int) []history {

@@ -163,10 +163,7 @@ func TestDLQReplayAppliedOnce(t *testing.T) {
 			t.Errorf("%s: deliveries written by %d transactions, want %d", hs[i].key, n, want)
 		}
 	}
-	checkExactlyOnce(t, db.Pool, hs)
-	waitRelayed(t, db, time.Minute)
-	recs := committedState(t, brokers, state)
-	checkStateOnce(t, recs, wantVersions(hs))
+	recs := checkPipelineOnce(t, db, brokers, state, hs, time.Minute)
 	t.Logf("payments %v: each event on the raw topic twice, applied once, %d state events on the topic", order, len(recs))
 }
 

@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
-	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/sink"
 )
@@ -193,18 +192,27 @@ func waitRelayed(t *testing.T, db *testenv.DB, timeout time.Duration) {
 // wantVersions returns each payment's number of state versions once its
 // history is applied in order, once.
 func wantVersions(hs []history) map[string]int64 {
-	var m payment.Machine
 	out := map[string]int64{}
 	for _, h := range hs {
-		facts := make([]payment.Fact, len(h.events))
-		for i, e := range h.events {
-			facts[i] = e.Fact
-		}
-		if n := len(m.Replay(payment.State{}, facts).Transitions); n > 0 {
+		if n := len(h.inOrder().Transitions); n > 0 {
 			out[h.key] = int64(n)
 		}
 	}
 	return out
+}
+
+// checkPipelineOnce fails the test unless Postgres holds the effects of
+// hs's events once each (checkExactlyOnce) and, once the relay published
+// everything committed (within relayed), a read_committed consumer of the
+// state topic sees each payment's state events once each, in order
+// (checkStateOnce). It returns what that consumer read.
+func checkPipelineOnce(t *testing.T, db *testenv.DB, brokers []string, state string, hs []history, relayed time.Duration) []stateRecord {
+	t.Helper()
+	checkExactlyOnce(t, db.Pool, hs)
+	waitRelayed(t, db, relayed)
+	recs := committedState(t, brokers, state)
+	checkStateOnce(t, recs, wantVersions(hs))
+	return recs
 }
 
 // checkStateOnce fails the test unless recs, the state topic as a

@@ -81,10 +81,7 @@ func TestProcessorSIGTERMUnderLoad(t *testing.T) {
 	if n := count(t, db.Pool, `SELECT count(*) FROM deliveries WHERE reason = 'duplicate_event'`); n != len(done) {
 		t.Errorf("%d deliveries ignored as duplicate_event, want %d (one redelivery per payment)", n, len(done))
 	}
-	checkExactlyOnce(t, db.Pool, done)
-	waitRelayed(t, db, 2*time.Minute)
-	recs := committedState(t, brokers, state)
-	checkStateOnce(t, recs, wantVersions(done))
+	recs := checkPipelineOnce(t, db, brokers, state, done, 2*time.Minute)
 	t.Logf("%d state events on the topic for read_committed consumers", len(recs))
 	last.terminate(t, processorGrace)
 }

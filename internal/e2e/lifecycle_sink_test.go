@@ -80,10 +80,7 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 	last, addr := start("paystream sink 2")
 	done := prod.stop(t, hs)
 	waitCaughtUp(t, db.Pool, brokers, group, raw, 5*time.Minute)
-	checkExactlyOnce(t, db.Pool, done)
-	waitRelayed(t, db, 2*time.Minute)
-	recs := committedState(t, brokers, state)
-	checkStateOnce(t, recs, wantVersions(done))
+	recs := checkPipelineOnce(t, db, brokers, state, done, 2*time.Minute)
 	skipped := testenv.Scrape(t, "http://"+addr+"/metrics").Sum("paystream_sink_replayed_transactions_skipped_total", nil)
 	t.Logf("%d payments, %d state events on the topic for read_committed consumers, each once; the last sink skipped %v Postgres transactions already published",
 		len(done), len(recs), skipped)

@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/ledger"
-	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/processor"
 )
@@ -54,15 +53,10 @@ func takeEffects(t *testing.T, pool *pgxpool.Pool) effects {
 // postings, ledger movements and every payment's ledger balances.
 func checkExactlyOnce(t *testing.T, pool *pgxpool.Pool, hs []history) {
 	t.Helper()
-	var m payment.Machine
 	var want effects
 	balances := map[string]map[ledger.Key]int64{}
 	for _, h := range hs {
-		facts := make([]payment.Fact, len(h.events))
-		for i, e := range h.events {
-			facts[i] = e.Fact
-		}
-		r := m.Replay(payment.State{}, facts)
+		r := h.inOrder()
 		want.transitions += len(r.Transitions)
 		for _, tr := range r.Transitions {
 			want.movements += len(tr.Movements)
