@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/paystream/paystream/internal/testenv"
 )
@@ -34,17 +34,8 @@ func TestObserveCountsWaitingWork(t *testing.T) {
 		g    prometheus.Gauge
 		want float64
 	}{"deferred": {m.deferred, 2}, "overdue": {m.overdue, 1}, "quarantined": {m.quarantined, 1}, "held": {m.held, 1}} {
-		if got := gaugeValue(t, c.g); got != c.want {
+		if got := testutil.ToFloat64(c.g); got != c.want {
 			t.Errorf("%s = %v, want %v", name, got, c.want)
 		}
 	}
-}
-
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetGauge().GetValue()
 }

@@ -98,7 +98,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 
 	px.setCut(true)
 	cutAt := time.Now()
-	lagAtCut := gaugeSum(t, reg, "paystream_processor_lag_records")
+	lagAtCut := testenv.Gather(t, reg).Sum("paystream_processor_lag_records", nil)
 	// Wait until every worker is surely full (more unapplied records than
 	// a worker buffers plus a poll), then add a member to the group: at
 	// the latest a rebalance timeout (and a margin) before the outage ends,
@@ -132,7 +132,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	// nothing commits.
 	lagPeak := lagAtCut
 	poll(time.Until(cutAt.Add(outage)), func() bool {
-		lagPeak = max(lagPeak, gaugeSum(t, reg, "paystream_processor_lag_records"))
+		lagPeak = max(lagPeak, testenv.Gather(t, reg).Sum("paystream_processor_lag_records", nil))
 		return false
 	})
 	lagRose := lagPeak >= lagAtCut+100
@@ -147,8 +147,8 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 	testenv.WaitFor(t, 5*time.Minute, func() error { return storedAtEnd(f.adm, f.db.Pool, f.group, f.topic) })
 	drain := time.Since(restoredAt)
 	memberAfter := rawTopicMember(t, f.adm, f.group, f.topic)
-	lost := counterVecValue(t, reg, "paystream_processor_partition_events_total", "lost")
-	revoked := counterVecValue(t, reg, "paystream_processor_partition_events_total", "revoked")
+	lost := partitionEventCount(t, reg, "lost")
+	revoked := partitionEventCount(t, reg, "revoked")
 	evicted := memberAfter != memberBefore || lost > 0
 	t.Logf("outage %s (rebalance timeout %s), member joined %s into it; evicted: %v (member %s → %s, partitions lost %v, revoked %v); "+
 		"lag gauge %v at the cut, %v at its peak; %d payments (%d records) in all; drained %s after the database came back",
@@ -164,7 +164,7 @@ func testOutage(t *testing.T, outage, rebalanceTimeout time.Duration) {
 		t.Errorf("lag gauge %v at the cut, %v at most during the outage: it did not rise", lagAtCut, lagPeak)
 	}
 	checkEffects(t, f.db.Pool, produced)
-	testenv.Eventually(t, 30*time.Second, func() bool { return gaugeSum(t, reg, "paystream_processor_lag_records") == 0 },
+	testenv.Eventually(t, 30*time.Second, func() bool { return testenv.Gather(t, reg).Sum("paystream_processor_lag_records", nil) == 0 },
 		"lag gauge back to 0 after the drain")
 	proc.Stop()
 }
@@ -214,41 +214,9 @@ func poll(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
-// gaugeSum sums a gauge family gathered from reg (0 when absent).
-func gaugeSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// partitionEventCount is reg's count of partitions event (assigned, revoked,
+// lost).
+func partitionEventCount(t *testing.T, reg *prometheus.Registry, event string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetGauge().GetValue()
-			}
-		}
-	}
-	return sum
-}
-
-// counterVecValue returns the counter of family name whose only label has
-// value (0 when absent).
-func counterVecValue(t *testing.T, reg *prometheus.Registry, name, value string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == value {
-				return m.GetCounter().GetValue()
-			}
-		}
-	}
-	return 0
+	return testenv.Gather(t, reg).Sum("paystream_processor_partition_events_total", map[string]string{"event": event})
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
@@ -136,7 +136,7 @@ func TestRefetchCircuitBreakerAndTimeout(t *testing.T) {
 	if got := gw.RequestsFor("pay_c"); got != 1+5 {
 		t.Errorf("gateway saw %d requests, want 6: one healthy, then five failures before the breaker opened", got)
 	}
-	if got := counterValue(t, m.refetches.WithLabelValues("acme", "breaker_open")); got != 3 {
+	if got := testutil.ToFloat64(m.refetches.WithLabelValues("acme", "breaker_open")); got != 3 {
 		t.Errorf("breaker_open refetches = %v, want 3", got)
 	}
 
@@ -149,15 +149,6 @@ func TestRefetchCircuitBreakerAndTimeout(t *testing.T) {
 	if _, err := rs.fetch(ctx, "slow", "pay_d"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("slow gateway: err = %v, want a deadline exceeded", err)
 	}
-}
-
-func counterValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }
 
 func slogDiscard() *slog.Logger { return slog.New(slog.DiscardHandler) }

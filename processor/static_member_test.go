@@ -42,8 +42,8 @@ func TestStaticMemberRestartKeepsAssignment(t *testing.T) {
 	})
 	// Let B's assignment settle: what it was given and not revoked.
 	testenv.WaitFor(t, time.Minute, func() error {
-		got := counterVecValue(t, regB, "paystream_processor_partition_events_total", "assigned") -
-			counterVecValue(t, regB, "paystream_processor_partition_events_total", "revoked")
+		got := partitionEventCount(t, regB, "assigned") -
+			partitionEventCount(t, regB, "revoked")
 		if want := float64(len(before["b"].partitions)); got != want {
 			return fmt.Errorf("b holds %v partitions by its metrics, %v by the group", got, want)
 		}
@@ -176,7 +176,7 @@ func partitionEvents(t *testing.T, reg *prometheus.Registry) map[string]float64 
 	t.Helper()
 	out := map[string]float64{}
 	for _, ev := range []string{"assigned", "revoked", "lost"} {
-		out[ev] = counterVecValue(t, reg, "paystream_processor_partition_events_total", ev)
+		out[ev] = partitionEventCount(t, reg, ev)
 	}
 	return out
 }

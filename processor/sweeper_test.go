@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -273,7 +274,7 @@ func TestSweeperFencedByStaleEpoch(t *testing.T) {
 	if status != "deferred" || reason != reasonAwaitingRefetch || transitions != 0 {
 		t.Fatalf("after the stale sweeper: evt_x1 %s/%s with %d transitions, want it untouched", status, reason, transitions)
 	}
-	if got := counterValue(t, p.metrics.fenced); got != 1 {
+	if got := testutil.ToFloat64(p.metrics.fenced); got != 1 {
 		t.Errorf("fenced = %v, want 1", got)
 	}
 
