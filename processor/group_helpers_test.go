@@ -81,6 +81,16 @@ func checkEffects(t testing.TB, pool *pgxpool.Pool, payments int) {
 	}
 }
 
+// deliveryOutcome returns the status and reason ("" when none) of the
+// delivery that cond (an SQL condition on deliveries) selects.
+func deliveryOutcome(t *testing.T, pool *pgxpool.Pool, cond string, args ...any) (status, reason string) {
+	t.Helper()
+	if err := pool.QueryRow(t.Context(), `SELECT status, COALESCE(reason, '') FROM deliveries WHERE `+cond, args...).Scan(&status, &reason); err != nil {
+		t.Fatalf("delivery where %s: %v", cond, err)
+	}
+	return status, reason
+}
+
 func queryInt(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) int {
 	t.Helper()
 	var n int

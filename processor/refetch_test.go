@@ -88,10 +88,7 @@ func TestRefetchAppliesWhatTheGatewaySays(t *testing.T) {
 		s, _ := paymentState("acme:pay_b")
 		return s == "paid"
 	}, "the sweeper to apply pay_b once the gateway answers")
-	var status, reason string
-	if err := f.db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'evt_b1'`).Scan(&status, &reason); err != nil {
-		t.Fatal(err)
-	}
+	status, reason := deliveryOutcome(t, f.db.Pool, `event_id = 'evt_b1'`)
 	if status != "processed" {
 		t.Errorf("evt_b1 = %s/%s, want processed", status, reason)
 	}

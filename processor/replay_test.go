@@ -90,10 +90,7 @@ func TestReplayAppliesHeldPaymentOnce(t *testing.T) {
 	}
 	status := func(eventID string) (s, reason string) {
 		t.Helper()
-		if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = $1 OR (event_id IS NULL AND dedup_key = $1)`, eventID).Scan(&s, &reason); err != nil {
-			t.Fatalf("inbox %s: %v", eventID, err)
-		}
-		return s, reason
+		return deliveryOutcome(t, db.Pool, `event_id = $1 OR (event_id IS NULL AND dedup_key = $1)`, eventID)
 	}
 	if s, _ := status("e1"); s != "quarantined" {
 		t.Errorf("e1 = %s, want quarantined", s)
@@ -218,10 +215,7 @@ func TestReplayRollsBackWhenAnEventChanges(t *testing.T) {
 	if !held || transitions != 0 {
 		t.Errorf("after the rolled-back replay: held=%v, %d transitions; want still held, none", held, transitions)
 	}
-	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE id = $1`, quarantined).Scan(&status, &reason); err != nil {
-		t.Fatal(err)
-	}
+	status, reason := deliveryOutcome(t, db.Pool, `id = $1`, quarantined)
 	if status != "ignored" || reason != "skipped_by_operator" {
 		t.Errorf("e1 = %s/%s, want the other writer's ignored/skipped_by_operator", status, reason)
 	}
@@ -324,10 +318,7 @@ func TestReplayWaitsForABatchInFlight(t *testing.T) {
 	}
 
 	checkReplayedBad(t, db.Pool)
-	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE event_id = 'e2'`).Scan(&status, &reason); err != nil {
-		t.Fatal(err)
-	}
+	status, reason := deliveryOutcome(t, db.Pool, `event_id = 'e2'`)
 	if status != "processed" {
 		t.Errorf("e2 (the refund) = %s/%s, want processed: Replay did not wait for the batch deciding it", status, reason)
 	}

@@ -335,10 +335,7 @@ func TestOutcomeGuardRefusesChangedRow(t *testing.T) {
 		t.Fatalf("write over a changed row: %v, want ErrOutcomeChanged", err)
 	}
 	_ = tx.Rollback(ctx)
-	var status, reason string
-	if err := db.Pool.QueryRow(ctx, `SELECT status, COALESCE(reason, '') FROM deliveries WHERE id = $1`, inboxID).Scan(&status, &reason); err != nil {
-		t.Fatal(err)
-	}
+	status, reason := deliveryOutcome(t, db.Pool, `id = $1`, inboxID)
 	if status != "ignored" || reason != "skipped_by_operator" {
 		t.Errorf("evt_x1 = %s/%s, want the other writer's ignored/skipped_by_operator", status, reason)
 	}
