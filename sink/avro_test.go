@@ -184,7 +184,7 @@ func TestRelayAvroToPythonConsumer(t *testing.T) {
 	if len(batch) > 0 {
 		flush()
 	}
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	b.waitRelayed(t, time.Minute)
 
 	// What a Go consumer sees: Confluent wire format, the registered id,
 	// the headers naming it.

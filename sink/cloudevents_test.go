@@ -29,7 +29,7 @@ func TestRelayCloudEventsHeaders(t *testing.T) {
 	}
 	after := time.Now().Add(time.Second)
 	b.startRelay(t, nil)
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	b.waitRelayed(t, 30*time.Second)
 	recs := testenv.ReadCommitted(t, b.brokers, b.topic)
 	if len(recs) != 2 {
 		t.Fatalf("%d records, want 2", len(recs))

@@ -117,7 +117,7 @@ func TestTwoDatabasesOneCluster(t *testing.T) {
 		}
 	}
 	for _, d := range deps {
-		waitConfirmed(t, d.b.db.Pool, d.b.slot(), walInsertLSN(t, d.b.db.Pool), time.Minute)
+		d.b.waitRelayed(t, time.Minute)
 	}
 	for i, d := range deps {
 		t.Run(fmt.Sprintf("deployment%d", i), func(t *testing.T) {
@@ -226,7 +226,7 @@ func checkSkipsAfterCrash(t *testing.T, b *bundle, whenActive, afterCrash func()
 	}
 	testenv.Eventually(t, 30*time.Second, func() bool { return crashes() == 1 }, "planted crash")
 	afterCrash()
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	b.waitRelayed(t, time.Minute)
 	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 2})
 	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got != 1 {
 		t.Errorf("skipped %v replayed transactions, want 1 (the crashed one)", got)
@@ -342,7 +342,7 @@ func TestIdentityCollisionStopsRelay(t *testing.T) {
 	if err := emit(ctx0, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", 1, "committed")}, false); err != nil {
 		t.Fatal(err)
 	}
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	b.waitRelayed(t, 30*time.Second)
 	id, err := sink.Identify(ctx0, b.db.Pool, "")
 	if err != nil {
 		t.Fatal(err)

@@ -271,15 +271,16 @@ func walInsertLSN(t *testing.T, pool *pgxpool.Pool) string {
 	return lsn
 }
 
-// waitConfirmed waits until the slot's confirmed position reaches lsn:
-// every state message committed before lsn is then in a committed Kafka
-// transaction.
-func waitConfirmed(t *testing.T, pool *pgxpool.Pool, slot, lsn string, timeout time.Duration) {
+// waitRelayed waits until the relay confirmed b's slot up to the WAL
+// written so far: every state message committed before the call is then
+// in a committed Kafka transaction.
+func (b *bundle) waitRelayed(t *testing.T, timeout time.Duration) {
 	t.Helper()
+	slot, lsn := b.slot(), walInsertLSN(t, b.db.Pool)
 	testenv.WaitFor(t, timeout, func() error {
 		var ok bool
 		var confirmed *string
-		err := pool.QueryRow(context.Background(), `
+		err := b.db.Pool.QueryRow(context.Background(), `
 			SELECT confirmed_flush_lsn >= $2::pg_lsn, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`,
 			slot, lsn).Scan(&ok, &confirmed)
 		if err != nil {
@@ -399,7 +400,7 @@ func TestRelayPublishesCommittedInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	b.waitRelayed(t, time.Minute)
 	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), want)
 	if got := r.metric(t, "paystream_sink_events_published_total"); got != 2300 {
 		t.Errorf("paystream_sink_events_published_total = %v, want 2300", got)
@@ -449,7 +450,7 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The standby retries the slot every 50ms meanwhile.
-		waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+		b.waitRelayed(t, 30*time.Second)
 		if a := second.metric(t, "paystream_sink_active"); a != 0 {
 			t.Fatalf("standby active = %v while the first relay holds the slot", a)
 		}
@@ -464,7 +465,7 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	b.waitRelayed(t, 30*time.Second)
 	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 8})
 	if got := second.metric(t, "paystream_sink_events_published_total"); got != 3 {
 		t.Errorf("new relay published %v events, want 3", got)
@@ -492,7 +493,7 @@ func TestRelaySkipsCheckpointedAfterCrash(t *testing.T) {
 		}
 		testenv.Eventually(t, time.Minute, func() bool { return int64(crashes()) >= round }, "planted crash %d", round)
 	}
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	b.waitRelayed(t, time.Minute)
 	if got := r.metric(t, "paystream_sink_replayed_transactions_skipped_total"); got == 0 {
 		t.Error("no replayed transaction skipped: the planted crashes did not exercise the checkpoint")
 	}
@@ -545,7 +546,7 @@ func TestRelayCrashInsideAMessage(t *testing.T) {
 			return nil
 		})
 	})
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), time.Minute)
+	b.waitRelayed(t, time.Minute)
 	if got := crashes.Load(); got != 2 {
 		t.Fatalf("%d planted crashes, want 2", got)
 	}
@@ -574,7 +575,7 @@ func TestRelayHeartbeatAdvancesQuietSlot(t *testing.T) {
 	if _, err := b.db.Pool.Exec(context.Background(), `CREATE TABLE filler AS SELECT g FROM generate_series(1, 10000) g`); err != nil {
 		t.Fatal(err)
 	}
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	b.waitRelayed(t, 30*time.Second)
 	if got := r.metric(t, "paystream_sink_events_published_total"); got != 0 {
 		t.Errorf("published %v events, want 0", got)
 	}
@@ -768,7 +769,7 @@ func TestRelaySIGKILL(t *testing.T) {
 		}
 	}
 	written := time.Since(start)
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 5*time.Minute)
+	b.waitRelayed(t, 5*time.Minute)
 	elapsed := time.Since(start)
 	recs := testenv.ReadCommitted(t, b.brokers, b.topic)
 	checkStream(t, recs, want)
@@ -871,7 +872,7 @@ func TestRelayConfirmsWALEndingInARollback(t *testing.T) {
 	}
 	// Caught up first, so the stop below waits on nothing but the
 	// rolled-back transaction.
-	waitConfirmed(t, b.db.Pool, b.slot(), walInsertLSN(t, b.db.Pool), 30*time.Second)
+	b.waitRelayed(t, 30*time.Second)
 	rollback()
 	stopCtx, stopCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer stopCancel()
