@@ -102,7 +102,8 @@ func decodeRawFast(b []byte) (r Raw, ok bool) {
 }
 
 // Key bits, to refuse a duplicate key: encoding/json would decode it again
-// over the first (merging objects), which is not worth reproducing.
+// over the first (merging objects), which is not worth reproducing. Each
+// object has its own set of seen keys; one list of bits serves all three.
 const (
 	keyV = 1 << iota
 	keySource
@@ -113,117 +114,30 @@ const (
 	keyHeaders
 	keyBody
 	keyReason
-)
 
-// envelope decodes the top-level object into r.
-func (d *fastDecoder) envelope(r *Raw) bool {
-	if !d.begin() {
-		return false
-	}
-	var seen uint
-	for first := true; ; first = false {
-		name, more, ok := d.member(first)
-		if !ok || !more {
-			return ok
-		}
-		var bit uint
-		var into *span // a string field, decoded after the switch
-		switch string(name) {
-		case "v":
-			bit = keyV
-			var n int64
-			n, ok = d.integer()
-			ok = ok && int64(int(n)) == n // encoding/json refuses an int overflow
-			r.V = int(n)
-		case "source":
-			bit, into = keySource, &d.source
-		case "driver":
-			bit, into = keyDriver, &d.driver
-		case "payment_key":
-			bit, into = keyPaymentKey, &d.paymentKey
-		case "event":
-			bit, ok = keyEvent, d.event(&r.Event)
-		case "received_at":
-			bit, ok = keyReceivedAt, d.timestamp(&r.ReceivedAt)
-		case "headers":
-			bit, ok = keyHeaders, d.headerMap()
-		case "body":
-			bit = keyBody
-			r.Body, ok = d.base64Bytes()
-		case "reason":
-			bit, into = keyReason, &d.reason
-		default:
-			return false // unknown, or known only without regard to case
-		}
-		if into != nil {
-			*into, ok = d.str()
-		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-}
-
-const (
-	keyEventID = 1 << iota
+	// "event"
+	keyEventID
 	keyDedupKey
 	keyPaymentID
 	keyType
 	keyFact
 	keyNeedsRefetch
-)
 
-// event decodes the "event" object into ev.
-func (d *fastDecoder) event(ev *provider.Event) bool {
-	if !d.begin() {
-		return false
-	}
-	var seen uint
-	for first := true; ; first = false {
-		name, more, ok := d.member(first)
-		if !ok || !more {
-			return ok
-		}
-		var bit uint
-		var into *span // a string field, decoded after the switch
-		switch string(name) {
-		case "event_id":
-			bit, into = keyEventID, &d.eventID
-		case "dedup_key":
-			bit, into = keyDedupKey, &d.dedupKey
-		case "payment_id":
-			bit, into = keyPaymentID, &d.paymentID
-		case "type":
-			bit, into = keyType, &d.typ
-		case "fact":
-			bit, ok = keyFact, d.fact(&ev.Fact)
-		case "needs_refetch":
-			bit = keyNeedsRefetch
-			ev.NeedsRefetch, ok = d.boolean()
-		default:
-			return false
-		}
-		if into != nil {
-			*into, ok = d.str()
-		}
-		if !ok || seen&bit != 0 {
-			return false
-		}
-		seen |= bit
-	}
-}
-
-const (
-	keyStatus = 1 << iota
+	// "fact"
+	keyStatus
 	keyAmountMinor
 	keyCurrency
 	keyRefundID
 	keyOccurredAt
 )
 
-// fact decodes the "fact" object into f.
-func (d *fastDecoder) fact(f *payment.Fact) bool {
+// object decodes a JSON object member by member. field decodes the value
+// of the member called name and returns its key bit, so that a duplicate
+// key is refused. An unknown key, or one known only without regard to
+// case, makes field return !ok, and the scan gives up. The three objects
+// of an envelope share this loop so that they refuse the same inputs in
+// the same way.
+func (d *fastDecoder) object(field func(name []byte) (bit uint, ok bool)) bool {
 	if !d.begin() {
 		return false
 	}
@@ -233,31 +147,91 @@ func (d *fastDecoder) fact(f *payment.Fact) bool {
 		if !ok || !more {
 			return ok
 		}
-		var bit uint
-		var into *span // a string field, decoded after the switch
-		switch string(name) {
-		case "status":
-			bit, into = keyStatus, &d.status
-		case "amount_minor":
-			bit = keyAmountMinor
-			f.AmountMinor, ok = d.integer()
-		case "currency":
-			bit, into = keyCurrency, &d.currency
-		case "refund_id":
-			bit, into = keyRefundID, &d.refundID
-		case "occurred_at":
-			bit, ok = keyOccurredAt, d.timestamp(&f.OccurredAt)
-		default:
-			return false
-		}
-		if into != nil {
-			*into, ok = d.str()
-		}
+		bit, ok := field(name)
 		if !ok || seen&bit != 0 {
 			return false
 		}
 		seen |= bit
 	}
+}
+
+// strField decodes a string value into the field s.
+func (d *fastDecoder) strField(s *span) (ok bool) {
+	*s, ok = d.str()
+	return ok
+}
+
+// envelope decodes the top-level object into r.
+func (d *fastDecoder) envelope(r *Raw) bool {
+	return d.object(func(name []byte) (bit uint, ok bool) {
+		switch string(name) {
+		case "v":
+			var n int64
+			n, ok = d.integer()
+			r.V = int(n)
+			return keyV, ok && int64(int(n)) == n // encoding/json refuses an int overflow
+		case "source":
+			return keySource, d.strField(&d.source)
+		case "driver":
+			return keyDriver, d.strField(&d.driver)
+		case "payment_key":
+			return keyPaymentKey, d.strField(&d.paymentKey)
+		case "event":
+			return keyEvent, d.event(&r.Event)
+		case "received_at":
+			return keyReceivedAt, d.timestamp(&r.ReceivedAt)
+		case "headers":
+			return keyHeaders, d.headerMap()
+		case "body":
+			r.Body, ok = d.base64Bytes()
+			return keyBody, ok
+		case "reason":
+			return keyReason, d.strField(&d.reason)
+		}
+		return 0, false
+	})
+}
+
+// event decodes the "event" object into ev.
+func (d *fastDecoder) event(ev *provider.Event) bool {
+	return d.object(func(name []byte) (bit uint, ok bool) {
+		switch string(name) {
+		case "event_id":
+			return keyEventID, d.strField(&d.eventID)
+		case "dedup_key":
+			return keyDedupKey, d.strField(&d.dedupKey)
+		case "payment_id":
+			return keyPaymentID, d.strField(&d.paymentID)
+		case "type":
+			return keyType, d.strField(&d.typ)
+		case "fact":
+			return keyFact, d.fact(&ev.Fact)
+		case "needs_refetch":
+			ev.NeedsRefetch, ok = d.boolean()
+			return keyNeedsRefetch, ok
+		}
+		return 0, false
+	})
+}
+
+// fact decodes the "fact" object into f.
+func (d *fastDecoder) fact(f *payment.Fact) bool {
+	return d.object(func(name []byte) (bit uint, ok bool) {
+		switch string(name) {
+		case "status":
+			return keyStatus, d.strField(&d.status)
+		case "amount_minor":
+			f.AmountMinor, ok = d.integer()
+			return keyAmountMinor, ok
+		case "currency":
+			return keyCurrency, d.strField(&d.currency)
+		case "refund_id":
+			return keyRefundID, d.strField(&d.refundID)
+		case "occurred_at":
+			return keyOccurredAt, d.timestamp(&f.OccurredAt)
+		}
+		return 0, false
+	})
 }
 
 // headerMap decodes the "headers" object of strings.
