@@ -62,6 +62,16 @@ func AmountMinor(a Amount) (int64, error) {
 	return checkMax(v)
 }
 
+// FactAmountMinor is AmountMinor for the amount of a fact in currency,
+// which must be known: minor units mean nothing without one, so an amount
+// without currency is unprocessable.
+func FactAmountMinor(a Amount, currency string) (int64, error) {
+	if currency == "" {
+		return 0, Unprocessable("amount without currency")
+	}
+	return AmountMinor(a)
+}
+
 // AmountMajor reads an amount the gateway sends as a JSON decimal in major
 // units of currency (Asaas' 100.50 BRL), exactly, into minor units. Errors
 // wrap ErrUnprocessable.

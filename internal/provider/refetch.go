@@ -19,7 +19,8 @@ import (
 
 // NewRefetchRequest builds the GET request of a driver's RefetchRequest:
 // {baseURL}{path} with "Accept: application/json"; the driver adds its
-// credential. baseURL must be an absolute http(s) URL without credentials,
+// credential. baseURL is required (a driver with a default gateway puts
+// it in first) and must be an absolute http(s) URL without credentials,
 // query or fragment; a trailing slash is dropped. Errors read
 // "{driver}: refetch: …" and never echo baseURL (it could carry
 // credentials); sentAs, how the driver sends its credential instead
@@ -29,6 +30,8 @@ func NewRefetchRequest(ctx context.Context, driver, baseURL, path, sentAs string
 	fail := func(reason string) error { return errors.New(driver + ": refetch: base URL " + reason) }
 	u, err := url.Parse(baseURL)
 	switch {
+	case baseURL == "":
+		return nil, fail("is required")
 	case err != nil:
 		return nil, fail("does not parse")
 	case u.Scheme != "http" && u.Scheme != "https":
@@ -46,6 +49,22 @@ func NewRefetchRequest(ctx context.Context, driver, baseURL, path, sentAs string
 		return nil, fmt.Errorf("%s: refetch: build request: %w", driver, err)
 	}
 	req.Header.Set("Accept", "application/json")
+	return req, nil
+}
+
+// NewBearerRefetchRequest is NewRefetchRequest for an API that takes its
+// credential as "Authorization: Bearer {token}": it checks token first
+// (CheckToken, what naming it in the errors), then builds the request and
+// sets the header.
+func NewBearerRefetchRequest(ctx context.Context, driver, what, token, baseURL, path string) (*http.Request, error) {
+	if err := CheckToken(driver, what, token); err != nil {
+		return nil, err
+	}
+	req, err := NewRefetchRequest(ctx, driver, baseURL, path, "the token is sent as a Bearer header")
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	return req, nil
 }
 

@@ -34,21 +34,11 @@ func (*Driver) AlwaysRefetch() bool { return true }
 // are integers: any other id is rejected, so an id taken from an unsigned
 // body can never steer the request to another API path.
 func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID string) (*http.Request, error) {
-	if baseURL == "" {
-		baseURL = DefaultAPIBaseURL
-	}
 	if paymentID == "" || len(paymentID) > 20 || strings.TrimLeft(paymentID, "0123456789") != "" {
 		return nil, errors.New("mercadopago: refetch: payment id must be 1 to 20 digits")
 	}
-	if err := provider.CheckToken("mercadopago", "access token", token); err != nil {
-		return nil, err
-	}
-	req, err := provider.NewRefetchRequest(ctx, "mercadopago", baseURL, "/v1/payments/"+paymentID, "the token is sent as a Bearer header")
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	return req, nil
+	return provider.NewBearerRefetchRequest(ctx, "mercadopago", "access token", token,
+		cmp.Or(baseURL, DefaultAPIBaseURL), "/v1/payments/"+paymentID)
 }
 
 // Payment statuses of Mercado Pago's payment resource.

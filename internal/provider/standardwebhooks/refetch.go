@@ -27,18 +27,8 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	if err := provider.CheckID("payment id", paymentID); err != nil || paymentID == "." || paymentID == ".." {
 		return nil, errors.New("standardwebhooks: refetch: payment id is not usable in a URL")
 	}
-	if err := provider.CheckToken("standardwebhooks", "token", token); err != nil {
-		return nil, err
-	}
-	if baseURL == "" {
-		return nil, errors.New("standardwebhooks: refetch: base URL is required")
-	}
-	req, err := provider.NewRefetchRequest(ctx, "standardwebhooks", baseURL, "/payments/"+url.PathEscape(paymentID), "the token is sent as a Bearer header")
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	return req, nil
+	return provider.NewBearerRefetchRequest(ctx, "standardwebhooks", "token", token,
+		baseURL, "/payments/"+url.PathEscape(paymentID))
 }
 
 // RefetchPayment is the answer of paystream's generic refetch convention, a
@@ -169,10 +159,7 @@ func parseRefetchPayment(body []byte, want string) ([]payment.Fact, error) {
 	}
 	var amount int64
 	if p.Amount != "" {
-		if cur == "" {
-			return nil, provider.Unprocessable("amount without currency")
-		}
-		if amount, err = provider.AmountMinor(p.Amount); err != nil {
+		if amount, err = provider.FactAmountMinor(p.Amount, cur); err != nil {
 			return nil, err
 		}
 	}

@@ -38,9 +38,6 @@ func (*Driver) AlwaysRefetch() bool { return true }
 // can never steer the request to another path. Errors never include the
 // key.
 func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID string) (*http.Request, error) {
-	if baseURL == "" {
-		baseURL = DefaultAPIBaseURL
-	}
 	if !validID(paymentID) {
 		return nil, errors.New("zoop: refetch: transaction id must be 1 to 64 letters, digits, '-' or '_'")
 	}
@@ -50,7 +47,7 @@ func (d *Driver) RefetchRequest(ctx context.Context, baseURL, token, paymentID s
 	case strings.IndexFunc(token, func(r rune) bool { return unicode.IsControl(r) || r == ' ' || r == ':' }) >= 0:
 		return nil, errors.New("zoop: refetch: API key contains spaces, colons or control characters (give the key alone: it is sent as the basic-auth user)")
 	}
-	req, err := provider.NewRefetchRequest(ctx, "zoop", baseURL, TransactionPath(d.marketplace, paymentID), "the API key is sent as basic auth")
+	req, err := provider.NewRefetchRequest(ctx, "zoop", cmp.Or(baseURL, DefaultAPIBaseURL), TransactionPath(d.marketplace, paymentID), "the API key is sent as basic auth")
 	if err != nil {
 		return nil, err
 	}
