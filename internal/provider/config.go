@@ -61,3 +61,26 @@ func Keys[K any](cfg Config, driver, what string, key func(secret string) (K, er
 func HMACKey(h func() hash.Hash) func(secret string) (*Key, error) {
 	return func(s string) (*Key, error) { return NewKey(h, []byte(s)), nil }
 }
+
+// Signing is what a driver of a timestamped signature header (Stripe,
+// Mercado Pago) keeps from its Config: a Key for each secret, the
+// tolerance around the signed timestamp and the account.
+type Signing struct {
+	Keys      []*Key
+	Tolerance time.Duration
+	Account   string
+}
+
+// NewSigning reads cfg for driver: the tolerance (ToleranceOr with def),
+// then the keys (Keys with what and key), with their errors.
+func NewSigning(cfg Config, driver, what string, def time.Duration, key func(secret string) (*Key, error)) (Signing, error) {
+	tolerance, err := cfg.ToleranceOr(driver, def)
+	if err != nil {
+		return Signing{}, err
+	}
+	keys, err := Keys(cfg, driver, what, key)
+	if err != nil {
+		return Signing{}, err
+	}
+	return Signing{Keys: keys, Tolerance: tolerance, Account: cfg.Account}, nil
+}

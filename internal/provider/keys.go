@@ -55,6 +55,23 @@ func BusinessKey(paymentID, eventType string, status payment.Status, occurredAt 
 	return "bk_" + hex.EncodeToString(h.Sum(nil))[:40]
 }
 
+// EventKey is the dedup key of ev, from a gateway that may leave out its
+// event ids: ev.EventID when there is one (checked; idField names it in
+// the error), else ev's BusinessKey, which then needs ev.Fact.OccurredAt
+// (from the field timeField).
+func EventKey(ev Event, idField, timeField string) (string, error) {
+	if ev.EventID != "" {
+		if err := CheckID(idField, ev.EventID); err != nil {
+			return "", err
+		}
+		return ev.EventID, nil
+	}
+	if ev.Fact.OccurredAt.IsZero() {
+		return "", Unprocessable("neither " + idField + " nor " + timeField)
+	}
+	return BusinessKey(ev.PaymentID, ev.Type, ev.Fact.Status, ev.Fact.OccurredAt), nil
+}
+
 // CheckID reports whether id is usable as an event or payment id: non-empty,
 // at most MaxIDLen bytes, valid UTF-8 and free of control characters (a NUL
 // cannot be stored in a Postgres text column, and a newline has no business
@@ -71,6 +88,22 @@ func CheckID(what, id string) error {
 		return Unprocessable(what + " contains control characters")
 	}
 	return nil
+}
+
+// LookupStatus returns the status statuses maps a gateway's event kind to
+// (its type, event or charge status: what names it in the errors). An
+// empty kind is "missing {what}", one statuses does not hold "unknown
+// {what}", both unprocessable. The status may be "" for a kind the driver
+// knows carries no fact.
+func LookupStatus(statuses map[string]payment.Status, what, kind string) (payment.Status, error) {
+	status, ok := statuses[kind]
+	switch {
+	case kind == "":
+		return "", Unprocessable("missing " + what)
+	case !ok:
+		return "", Unprocessable("unknown " + what)
+	}
+	return status, nil
 }
 
 // Unprocessable returns an error wrapping ErrUnprocessable with a short

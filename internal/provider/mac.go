@@ -2,7 +2,9 @@ package provider
 
 import (
 	"crypto/hmac"
+	"crypto/sha256"
 	"crypto/sha512"
+	"crypto/subtle"
 	"hash"
 	"sync"
 )
@@ -65,3 +67,23 @@ func (m *MAC) Equal(sig []byte) bool { return hmac.Equal(m.b[:m.n], sig) }
 
 // Bytes returns the MAC's bytes; they alias m.
 func (m *MAC) Bytes() []byte { return m.b[:m.n] }
+
+// A TokenDigest is the SHA-256 of a token a gateway sends as it is (Asaas'
+// authentication token, Zoop's credentials): what a driver keeps of each
+// configured token, for MatchToken.
+type TokenDigest [sha256.Size]byte
+
+// DigestToken returns the TokenDigest of token.
+func DigestToken(token string) TokenDigest { return sha256.Sum256([]byte(token)) }
+
+// MatchToken reports whether token is one of the tokens of digests, in
+// constant time: both sides are hashed first, so neither the comparison
+// nor an early length check leaks a token's length.
+func MatchToken(digests []TokenDigest, token string) bool {
+	got := DigestToken(token)
+	match := 0
+	for i := range digests {
+		match |= subtle.ConstantTimeCompare(got[:], digests[i][:])
+	}
+	return match == 1
+}

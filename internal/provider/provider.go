@@ -23,6 +23,17 @@ type Request struct {
 	Now    time.Time
 }
 
+// RequireHeader returns the header name that carries r's credential, or,
+// when it is absent or empty, the *VerifyError ReasonMissingHeader naming
+// it: the first check of most drivers' Verify.
+func (r *Request) RequireHeader(name string) (string, error) {
+	v := r.Header.Get(name)
+	if v == "" {
+		return "", Unauthentic(ReasonMissingHeader, name)
+	}
+	return v, nil
+}
+
 // Driver verifies and normalizes one gateway's webhooks.
 type Driver interface {
 	// Verify checks the request's authenticity on the raw bytes, in constant

@@ -31,9 +31,9 @@ type SignatureHeader struct {
 func (h SignatureHeader) Verify(r *Request, keys []*Key, tolerance time.Duration,
 	parseTS func(string) (time.Time, error), sum func(k *Key, ts string) MAC,
 ) error {
-	header := r.Header.Get(h.Name)
-	if header == "" {
-		return Unauthentic(ReasonMissingHeader, h.Name)
+	header, err := r.RequireHeader(h.Name)
+	if err != nil {
+		return err
 	}
 	var ts string
 	var sigs [][]byte

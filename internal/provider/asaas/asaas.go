@@ -5,9 +5,6 @@
 package asaas
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-
 	"github.com/paystream/paystream/internal/provider"
 )
 
@@ -16,7 +13,7 @@ const HeaderToken = "asaas-access-token"
 
 // Driver verifies and parses Asaas webhooks. Build it with New.
 type Driver struct {
-	tokens  [][sha256.Size]byte
+	tokens  []provider.TokenDigest
 	account string
 }
 
@@ -26,7 +23,7 @@ var _ provider.Driver = (*Driver)(nil)
 // configured in Asaas; several allow rotation. Asaas' scheme carries no
 // timestamp, so cfg.Tolerance is unused.
 func New(cfg provider.Config) (provider.Driver, error) {
-	tokens, err := provider.Keys(cfg, "asaas", "authentication token", func(s string) ([sha256.Size]byte, error) { return sha256.Sum256([]byte(s)), nil })
+	tokens, err := provider.Keys(cfg, "asaas", "authentication token", func(s string) (provider.TokenDigest, error) { return provider.DigestToken(s), nil })
 	if err != nil {
 		return nil, err
 	}
@@ -37,16 +34,11 @@ func New(cfg provider.Config) (provider.Driver, error) {
 // time: both sides are hashed with SHA-256 first, so neither the comparison
 // nor an early length check leaks the token's length.
 func (d *Driver) Verify(r *provider.Request) error {
-	v := r.Header.Get(HeaderToken)
-	if v == "" {
-		return provider.Unauthentic(provider.ReasonMissingHeader, HeaderToken)
+	v, err := r.RequireHeader(HeaderToken)
+	if err != nil {
+		return err
 	}
-	got := sha256.Sum256([]byte(v))
-	match := 0
-	for i := range d.tokens {
-		match |= subtle.ConstantTimeCompare(got[:], d.tokens[i][:])
-	}
-	if match != 1 {
+	if !provider.MatchToken(d.tokens, v) {
 		return provider.Unauthentic(provider.ReasonBadSignature, "token does not match")
 	}
 	return nil

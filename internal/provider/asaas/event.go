@@ -71,12 +71,10 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	if err := provider.DecodeJSON(r.Body, &n); err != nil {
 		return provider.Event{}, err
 	}
-	status, ok := Statuses[n.Event]
+	status, err := provider.LookupStatus(Statuses, "event", n.Event)
 	switch {
-	case n.Event == "":
-		return provider.Event{}, provider.Unprocessable("missing event")
-	case !ok:
-		return provider.Event{}, provider.Unprocessable("unknown event")
+	case err != nil:
+		return provider.Event{}, err
 	case status == "":
 		return provider.Event{}, provider.Irrelevant(n.Event + " carries no payment fact")
 	}
@@ -105,13 +103,9 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 		Fact:         fact,
 		NeedsRefetch: status == payment.StatusPartiallyRefunded,
 	}
-	key := n.ID
-	if key != "" {
-		if err := provider.CheckID("event id", key); err != nil {
-			return provider.Event{}, err
-		}
-	} else {
-		key = provider.BusinessKey(n.Payment.ID, n.Event, status, fact.OccurredAt)
+	key, err := provider.EventKey(ev, "event id", "dateCreated")
+	if err != nil {
+		return provider.Event{}, err
 	}
 	ev.DedupKey = provider.ScopeKey(d.account, key)
 	return ev, nil

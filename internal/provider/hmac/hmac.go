@@ -118,9 +118,9 @@ func algorithm(name string) (func() hash.Hash, error) {
 // Verify checks the signature header against the HMAC of the body under
 // every configured secret.
 func (d *Driver) Verify(r *provider.Request) error {
-	v := r.Header.Get(d.header)
-	if v == "" {
-		return provider.Unauthentic(provider.ReasonMissingHeader, d.header)
+	v, err := r.RequireHeader(d.header)
+	if err != nil {
+		return err
 	}
 	if !strings.HasPrefix(v, d.prefix) {
 		return provider.Unauthentic(provider.ReasonMalformedHeader, "missing prefix "+d.prefix)

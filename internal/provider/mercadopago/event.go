@@ -79,18 +79,11 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 		Fact:         payment.Fact{Status: status, OccurredAt: occurred},
 		NeedsRefetch: true,
 	}
-	key := ev.EventID
-	if key != "" {
-		if err := provider.CheckID("id", key); err != nil {
-			return provider.Event{}, err
-		}
-	} else {
-		if occurred.IsZero() {
-			return provider.Event{}, provider.Unprocessable("neither id nor date_created")
-		}
-		key = provider.BusinessKey(paymentID, action, status, occurred)
+	key, err := provider.EventKey(ev, "id", "date_created")
+	if err != nil {
+		return provider.Event{}, err
 	}
-	ev.DedupKey = provider.ScopeKey(d.account, key)
+	ev.DedupKey = provider.ScopeKey(d.signing.Account, key)
 	return ev, nil
 }
 

@@ -31,9 +31,7 @@ const DefaultTolerance = 5 * time.Minute
 
 // Driver verifies and parses Mercado Pago webhooks. Build it with New.
 type Driver struct {
-	secrets   []*provider.Key
-	tolerance time.Duration
-	account   string
+	signing provider.Signing
 }
 
 var _ provider.Driver = (*Driver)(nil)
@@ -42,15 +40,11 @@ var _ provider.Driver = (*Driver)(nil)
 // signatures ("assinatura secreta"); several allow rotation. cfg.Tolerance
 // defaults to DefaultTolerance.
 func New(cfg provider.Config) (provider.Driver, error) {
-	tolerance, err := cfg.ToleranceOr("mercadopago", DefaultTolerance)
+	signing, err := provider.NewSigning(cfg, "mercadopago", "webhook secret", DefaultTolerance, provider.HMACKey(sha256.New))
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := provider.Keys(cfg, "mercadopago", "webhook secret", provider.HMACKey(sha256.New))
-	if err != nil {
-		return nil, err
-	}
-	return &Driver{secrets: secrets, tolerance: tolerance, account: cfg.Account}, nil
+	return &Driver{signing: signing}, nil
 }
 
 // Verify checks x-signature against the manifest built from the query's
@@ -58,7 +52,7 @@ func New(cfg provider.Config) (provider.Driver, error) {
 // ts against r.Now. ts is in seconds, as Mercado Pago documents; a 13-digit
 // ts is read as milliseconds.
 func (d *Driver) Verify(r *provider.Request) error {
-	return signatureHeader.Verify(r, d.secrets, d.tolerance, parseTS, func(k *provider.Key, ts string) provider.MAC {
+	return signatureHeader.Verify(r, d.signing.Keys, d.signing.Tolerance, parseTS, func(k *provider.Key, ts string) provider.MAC {
 		return k.Sum(nil, Manifest(r.Query.Get(QueryDataID), r.Header.Get(HeaderRequestID), ts))
 	})
 }

@@ -74,12 +74,10 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	if err := provider.CheckID("hook id", h.ID); err != nil {
 		return provider.Event{}, err
 	}
-	status, ok := Statuses[h.Type]
+	status, err := provider.LookupStatus(Statuses, "type", h.Type)
 	switch {
-	case h.Type == "":
-		return provider.Event{}, provider.Unprocessable("missing type")
-	case !ok:
-		return provider.Event{}, provider.Unprocessable("unknown type")
+	case err != nil:
+		return provider.Event{}, err
 	case status == "":
 		return provider.Event{}, provider.Irrelevant(h.Type + " carries no payment fact")
 	}

@@ -39,9 +39,9 @@ func New(cfg provider.Config) (provider.Driver, error) {
 // Verify checks X-Hub-Signature against the HMAC-SHA1 of the body under
 // every configured key.
 func (d *Driver) Verify(r *provider.Request) error {
-	v := r.Header.Get(HeaderSignature)
-	if v == "" {
-		return provider.Unauthentic(provider.ReasonMissingHeader, HeaderSignature)
+	v, err := r.RequireHeader(HeaderSignature)
+	if err != nil {
+		return err
 	}
 	algo, encoded, ok := strings.Cut(v, "=")
 	if !ok || algo != "sha1" {

@@ -67,12 +67,9 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	if err := provider.CheckID("charge id", c.ID); err != nil {
 		return provider.Event{}, err
 	}
-	status, ok := Statuses[c.Status]
-	if !ok {
-		if c.Status == "" {
-			return provider.Event{}, provider.Unprocessable("missing charge status")
-		}
-		return provider.Event{}, provider.Unprocessable("unknown charge status")
+	status, err := provider.LookupStatus(Statuses, "charge status", c.Status)
+	if err != nil {
+		return provider.Event{}, err
 	}
 	when := c.CreatedAt
 	if status == payment.StatusPaid && c.PaidAt != "" {

@@ -38,9 +38,9 @@ func New(cfg provider.Config) (provider.Driver, error) {
 // Verify checks x-authenticity-token against SHA-256("{token}-{body}") for
 // every configured token, in constant time.
 func (d *Driver) Verify(r *provider.Request) error {
-	v := r.Header.Get(HeaderSignature)
-	if v == "" {
-		return provider.Unauthentic(provider.ReasonMissingHeader, HeaderSignature)
+	v, err := r.RequireHeader(HeaderSignature)
+	if err != nil {
+		return err
 	}
 	sig, err := hex.DecodeString(strings.TrimSpace(v))
 	if err != nil || len(sig) != sha256.Size {

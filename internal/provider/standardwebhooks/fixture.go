@@ -2,6 +2,7 @@ package standardwebhooks
 
 import (
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -60,13 +61,33 @@ func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.
 	if err != nil {
 		return nil, err
 	}
-	sig, err := Sign(secret, f.EventID, now, body)
-	if err != nil {
+	w := provider.NewWebhook(body)
+	if err := SetSignature(w.Header, secret, f.EventID, now, body); err != nil {
 		return nil, err
 	}
-	w := provider.NewWebhook(body)
-	w.Header.Set(HeaderID, f.EventID)
-	w.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	w.Header.Set(HeaderSignature, sig)
 	return w, nil
+}
+
+// SetSignature sets on h the headers a sender signing body with secret
+// sends: webhook-id id, webhook-timestamp ts and webhook-signature.
+func SetSignature(h http.Header, secret, id string, ts time.Time, body []byte) error {
+	sig, err := Sign(secret, id, ts, body)
+	if err != nil {
+		return err
+	}
+	h.Set(HeaderID, id)
+	h.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
+	h.Set(HeaderSignature, sig)
+	return nil
+}
+
+// SignedRequest is body as the driver receives it from a sender that
+// signed it with secret, with webhook-id id, at ts (which is also Now):
+// for tests and tools that verify without HTTP.
+func SignedRequest(secret, id string, ts time.Time, body []byte) (*provider.Request, error) {
+	r := &provider.Request{Header: http.Header{}, Body: body, Now: ts}
+	if err := SetSignature(r.Header, secret, id, ts, body); err != nil {
+		return nil, err
+	}
+	return r, nil
 }

@@ -68,12 +68,9 @@ func ParsePayload(body []byte, fallback time.Time) (provider.Event, error) {
 	if err := provider.DecodeJSON(body, &p); err != nil {
 		return provider.Event{}, err
 	}
-	status, ok := Statuses[p.Type]
-	if !ok {
-		if p.Type == "" {
-			return provider.Event{}, provider.Unprocessable("missing type")
-		}
-		return provider.Event{}, provider.Unprocessable("unknown type")
+	status, err := provider.LookupStatus(Statuses, "type", p.Type)
+	if err != nil {
+		return provider.Event{}, err
 	}
 	if err := provider.CheckID("payment_id", p.Data.PaymentID); err != nil {
 		return provider.Event{}, err
@@ -112,14 +109,9 @@ func ParsePayload(body []byte, fallback time.Time) (provider.Event, error) {
 		}
 	}
 	if amount != "" {
-		if fact.Currency == "" {
-			return provider.Event{}, provider.Unprocessable("amount without currency")
-		}
-		v, err := provider.AmountMinor(amount)
-		if err != nil {
+		if fact.AmountMinor, err = provider.FactAmountMinor(amount, fact.Currency); err != nil {
 			return provider.Event{}, err
 		}
-		fact.AmountMinor = v
 	}
 	return provider.Event{
 		PaymentID: p.Data.PaymentID,

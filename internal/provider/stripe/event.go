@@ -76,12 +76,9 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	if err := provider.CheckID("event id", e.ID); err != nil {
 		return provider.Event{}, err
 	}
-	status, ok := Statuses[e.Type]
-	if !ok {
-		if e.Type == "" {
-			return provider.Event{}, provider.Unprocessable("missing type")
-		}
-		return provider.Event{}, provider.Unprocessable("unknown type")
+	status, err := provider.LookupStatus(Statuses, "type", e.Type)
+	if err != nil {
+		return provider.Event{}, err
 	}
 	created, err := parseUnix(e.Created.String())
 	if err != nil {
@@ -168,10 +165,7 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 		return provider.Event{}, err
 	}
 	if amount != "" {
-		if fact.Currency == "" {
-			return provider.Event{}, provider.Unprocessable("amount without currency")
-		}
-		v, err := provider.AmountMinor(amount)
+		v, err := provider.FactAmountMinor(amount, fact.Currency)
 		if err != nil {
 			return provider.Event{}, err
 		}
@@ -181,7 +175,7 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 	}
 	return provider.Event{
 		EventID:   e.ID,
-		DedupKey:  provider.ScopeKey(d.account, e.ID),
+		DedupKey:  provider.ScopeKey(d.signing.Account, e.ID),
 		PaymentID: paymentID,
 		Type:      e.Type,
 		Fact:      fact,

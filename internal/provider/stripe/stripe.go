@@ -29,9 +29,7 @@ const maxSignatures = 16
 
 // Driver verifies and parses Stripe webhooks. Build it with New.
 type Driver struct {
-	secrets   []*provider.Key
-	tolerance time.Duration
-	account   string
+	signing provider.Signing
 }
 
 var _ provider.Driver = (*Driver)(nil)
@@ -40,11 +38,7 @@ var _ provider.Driver = (*Driver)(nil)
 // used as the HMAC key as is, the way Stripe does); several allow rotation.
 // cfg.Tolerance defaults to DefaultTolerance.
 func New(cfg provider.Config) (provider.Driver, error) {
-	tolerance, err := cfg.ToleranceOr("stripe", DefaultTolerance)
-	if err != nil {
-		return nil, err
-	}
-	secrets, err := provider.Keys(cfg, "stripe", "endpoint signing secret", func(s string) (*provider.Key, error) {
+	signing, err := provider.NewSigning(cfg, "stripe", "endpoint signing secret", DefaultTolerance, func(s string) (*provider.Key, error) {
 		if !strings.HasPrefix(s, "whsec_") {
 			return nil, errors.New("an endpoint signing secret starts with whsec_ (is this an API key?)")
 		}
@@ -53,14 +47,14 @@ func New(cfg provider.Config) (provider.Driver, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Driver{secrets: secrets, tolerance: tolerance, account: cfg.Account}, nil
+	return &Driver{signing: signing}, nil
 }
 
 // Verify checks the Stripe-Signature header: any v1 signature matching any
 // configured secret verifies, other schemes (v0) are ignored, and the signed
 // timestamp must be within the tolerance of r.Now either way.
 func (d *Driver) Verify(r *provider.Request) error {
-	return signatureHeader.Verify(r, d.secrets, d.tolerance, parseUnix, func(k *provider.Key, ts string) provider.MAC {
+	return signatureHeader.Verify(r, d.signing.Keys, d.signing.Tolerance, parseUnix, func(k *provider.Key, ts string) provider.MAC {
 		return k.Sum(r.Body, ts, ".")
 	})
 }

@@ -131,16 +131,9 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 		Fact:         payment.Fact{Status: status, OccurredAt: occurred},
 		NeedsRefetch: true,
 	}
-	key := ev.ID
-	if key != "" {
-		if err := provider.CheckID("id", key); err != nil {
-			return provider.Event{}, err
-		}
-	} else {
-		if occurred.IsZero() {
-			return provider.Event{}, provider.Unprocessable("neither id nor created_at")
-		}
-		key = provider.BusinessKey(obj.ID, ev.Type, status, occurred)
+	key, err := provider.EventKey(out, "id", "created_at")
+	if err != nil {
+		return provider.Event{}, err
 	}
 	out.DedupKey = provider.ScopeKey(d.account, key)
 	return out, nil

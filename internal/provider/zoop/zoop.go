@@ -24,8 +24,6 @@
 package zoop
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -75,7 +73,7 @@ const maxCredentialLen = 1024
 type Driver struct {
 	auth        string
 	param       string
-	secrets     [][sha256.Size]byte
+	secrets     []provider.TokenDigest
 	account     string
 	marketplace string
 }
@@ -129,7 +127,7 @@ func New(cfg provider.Config) (provider.Driver, error) {
 		if err := d.checkSecret(s); err != nil {
 			return nil, fmt.Errorf("zoop: Secrets[%d]: %w", i, err)
 		}
-		d.secrets = append(d.secrets, sha256.Sum256([]byte(s)))
+		d.secrets = append(d.secrets, provider.DigestToken(s))
 	}
 	return d, nil
 }
@@ -199,12 +197,7 @@ func (d *Driver) Verify(r *provider.Request) error {
 		}
 		cred = string(raw)
 	}
-	got := sha256.Sum256([]byte(cred))
-	match := 0
-	for i := range d.secrets {
-		match |= subtle.ConstantTimeCompare(got[:], d.secrets[i][:])
-	}
-	if match != 1 {
+	if !provider.MatchToken(d.secrets, cred) {
 		return provider.Unauthentic(provider.ReasonBadSignature, "credential does not match")
 	}
 	return nil
