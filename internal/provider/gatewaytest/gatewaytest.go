@@ -85,16 +85,13 @@ func (g *Gateway) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/payments/{id}", g.payment)
 	mux.HandleFunc("GET /payments/{id}", g.payment)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, apiError("resource not found", "not_found", http.StatusNotFound))
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return guard(mux, func(w http.ResponseWriter, r *http.Request) bool {
 		if r.Header.Get("Authorization") != "Bearer "+g.token {
 			writeJSON(w, http.StatusUnauthorized, apiError("invalid token", "unauthorized", http.StatusUnauthorized))
-			return
+			return false
 		}
-		mux.ServeHTTP(w, r)
-	})
+		return true
+	}, apiError("resource not found", "not_found", http.StatusNotFound))
 }
 
 // Token is the API token the gateway expects as a Bearer token.
@@ -117,12 +114,7 @@ func (g *Gateway) SetPayment(id string, body any) {
 func (g *Gateway) DeletePayment(id string) { g.remove(id) }
 
 func (g *Gateway) payment(w http.ResponseWriter, r *http.Request) {
-	body, ok := g.body(r.PathValue("id"))
-	if !ok {
-		writeJSON(w, http.StatusNotFound, apiError("Payment not found", "not_found", http.StatusNotFound))
-		return
-	}
-	writeBody(w, http.StatusOK, body)
+	g.answer(w, r.PathValue("id"), true, apiError("Payment not found", "not_found", http.StatusNotFound))
 }
 
 // paymentID extracts {id}, unescaped, from the escaped path

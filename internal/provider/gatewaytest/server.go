@@ -119,6 +119,18 @@ func (s *server) body(id string) ([]byte, bool) {
 	return b, ok
 }
 
+// answer writes 200 and the body set for resource id when there is one and
+// the request is one the fake serves (ok: its path names the fake's own
+// marketplace, say), else 404 and notFound, the fake's error body.
+func (s *server) answer(w http.ResponseWriter, id string, ok bool, notFound any) {
+	body, found := s.body(id)
+	if !found || !ok {
+		writeJSON(w, http.StatusNotFound, notFound)
+		return
+	}
+	writeBody(w, http.StatusOK, body)
+}
+
 // FailNext makes the next n requests, whatever their path or credential,
 // fail with HTTP status (for example 500, 503 or 429; 503 and 429 carry
 // "Retry-After: 1"). Status 0 drops the connection without an answer, as a
@@ -194,6 +206,20 @@ func (s *server) front(next http.Handler) http.Handler {
 			return
 		}
 		next.ServeHTTP(w, r)
+	})
+}
+
+// guard is a fake's handler: a request that authorized refuses (it writes
+// the 401 itself) goes no further; any other goes to mux, which answers a
+// path it does not route with 404 and notFound, the fake's error body.
+func guard(mux *http.ServeMux, authorized func(http.ResponseWriter, *http.Request) bool, notFound any) http.Handler {
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, notFound)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if authorized(w, r) {
+			mux.ServeHTTP(w, r)
+		}
 	})
 }
 

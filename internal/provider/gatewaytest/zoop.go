@@ -90,17 +90,14 @@ func newZoop(t testing.TB, apiKey, marketplaceID string) (*Zoop, error) {
 func (z *Zoop) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/marketplaces/{marketplace}/transactions/{id}", z.transaction)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, zoopError("Not Found", "resource_not_found", "Resource not found", http.StatusNotFound))
-	})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return guard(mux, func(w http.ResponseWriter, r *http.Request) bool {
 		if user, pass, ok := r.BasicAuth(); !ok || user != z.apiKey || pass != "" {
 			w.Header().Set("WWW-Authenticate", `Basic realm="zoop"`)
 			writeJSON(w, http.StatusUnauthorized, zoopError("Unauthorized", "unauthorized", "Invalid API key", http.StatusUnauthorized))
-			return
+			return false
 		}
-		mux.ServeHTTP(w, r)
-	})
+		return true
+	}, zoopError("Not Found", "resource_not_found", "Resource not found", http.StatusNotFound))
 }
 
 // APIKey is the key the API expects as the basic-auth user.
@@ -125,12 +122,8 @@ func (z *Zoop) SetTransaction(id string, body any) {
 func (z *Zoop) DeleteTransaction(id string) { z.remove(id) }
 
 func (z *Zoop) transaction(w http.ResponseWriter, r *http.Request) {
-	body, ok := z.body(r.PathValue("id"))
-	if !ok || r.PathValue("marketplace") != z.marketplace {
-		writeJSON(w, http.StatusNotFound, zoopError("Not Found", "resource_not_found", "Transaction not found", http.StatusNotFound))
-		return
-	}
-	writeBody(w, http.StatusOK, body)
+	z.answer(w, r.PathValue("id"), r.PathValue("marketplace") == z.marketplace,
+		zoopError("Not Found", "resource_not_found", "Transaction not found", http.StatusNotFound))
 }
 
 // zoopTransactionID extracts {id}, unescaped, from the escaped path
