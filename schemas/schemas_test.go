@@ -3,7 +3,6 @@ package schemas_test
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,14 +29,10 @@ func rawEnvelope(t *testing.T) []byte {
 	now := time.Now()
 	body := []byte(`{"type":"payment.partially_refunded","timestamp":"2026-11-29T18:00:00Z",` +
 		`"data":{"payment_id":"pay_1","amount":1050,"currency":"BRL","refund_id":"re_1","refund_amount":50}}`)
-	sig, err := standardwebhooks.Sign(secret, "msg_1", now, body)
+	req, err := standardwebhooks.SignedRequest(secret, "msg_1", now, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := &provider.Request{Header: http.Header{}, Body: body, Now: now}
-	req.Header.Set("webhook-id", "msg_1")
-	req.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-	req.Header.Set("webhook-signature", sig)
 	if err := drv.Verify(req); err != nil {
 		t.Fatal(err)
 	}

@@ -10,16 +10,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
-	"github.com/paystream/paystream/internal/provider/drivers"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
-	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/internal/source"
 )
 
@@ -28,9 +26,18 @@ const (
 	refetchToken    = "sk_live_R3fetchT0ken"
 )
 
-func refetchParse(t *testing.T, yaml string) (map[string]*source.Source, error) {
-	t.Helper()
-	return source.Parse([]byte(yaml), drivers.Factories())
+// sourcesYAML is a sources file of the sources given by sourceYAML.
+func sourcesYAML(sources ...string) string { return "sources:\n" + strings.Join(sources, "") }
+
+// sourceYAML is one source of a sources file: its name, driver and one
+// secret, then each setting ("refetch: true") on a line of its own.
+func sourceYAML(name, driver, secret string, settings ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  - name: %s\n    driver: %s\n    secrets: [%q]\n", name, driver, secret)
+	for _, s := range settings {
+		b.WriteString("    " + s + "\n")
+	}
+	return b.String()
 }
 
 func TestRefetchStandardWebhooks(t *testing.T) {
@@ -42,21 +49,9 @@ func TestRefetchStandardWebhooks(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(refetchToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srcs, err := refetchParse(t, fmt.Sprintf(`
-sources:
-  - name: acme
-    driver: standardwebhooks
-    secrets: [%q]
-    refetch: true
-    api_base_url: %s
-    api_token: file:%s
-  - name: plain
-    driver: standardwebhooks
-    secrets: [%q]
-`, refetchSWSecret, gw.URL(), tokenFile, refetchSWSecret))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := mustParse(t, sourcesYAML(
+		sourceYAML("acme", "standardwebhooks", refetchSWSecret, "refetch: true", "api_base_url: "+gw.URL(), "api_token: file:"+tokenFile),
+		sourceYAML("plain", "standardwebhooks", refetchSWSecret)))
 	src := srcs["acme"]
 	c := src.Refetch
 	if c == nil {
@@ -74,7 +69,7 @@ sources:
 
 	// The driver marks events NeedsRefetch for the refetching source only.
 	for name, want := range map[string]bool{"acme": true, "plain": false} {
-		ev, err := srcs[name].Driver.Parse(refetchSigned(t))
+		ev, err := srcs[name].Driver.Parse(signedRequest(t, refetchSWSecret))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,45 +103,13 @@ sources:
 	}
 }
 
-func refetchSigned(t *testing.T) *provider.Request {
-	t.Helper()
-	now := time.Now()
-	body := []byte(`{"type":"payment.paid","timestamp":"2024-06-12T19:45:00Z","data":{"payment_id":"pay_1","amount":1050,"currency":"BRL"}}`)
-	sig, err := standardwebhooks.Sign(refetchSWSecret, "msg_1", now, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &provider.Request{Header: http.Header{}, Body: body, Now: now}
-	r.Header.Set(standardwebhooks.HeaderID, "msg_1")
-	r.Header.Set(standardwebhooks.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-	r.Header.Set(standardwebhooks.HeaderSignature, sig)
-	return r
-}
-
 func TestRefetchSettings(t *testing.T) {
 	t.Parallel()
-	srcs, err := refetchParse(t, fmt.Sprintf(`
-sources:
-  - name: acme
-    driver: standardwebhooks
-    secrets: [%q]
-    refetch: true
-    api_base_url: https://api.acme.example/v2/
-    api_token: %s
-    refetch_rate: 2.5
-    refetch_timeout: 750ms
-  - name: burst
-    driver: standardwebhooks
-    secrets: [%q]
-    refetch: true
-    api_base_url: https://api.acme.example
-    api_token: %s
-    refetch_rate: 0.5
-    refetch_burst: 4
-`, refetchSWSecret, refetchToken, refetchSWSecret, refetchToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := mustParse(t, sourcesYAML(
+		sourceYAML("acme", "standardwebhooks", refetchSWSecret, "refetch: true", "api_base_url: https://api.acme.example/v2/",
+			"api_token: "+refetchToken, "refetch_rate: 2.5", "refetch_timeout: 750ms"),
+		sourceYAML("burst", "standardwebhooks", refetchSWSecret, "refetch: true", "api_base_url: https://api.acme.example",
+			"api_token: "+refetchToken, "refetch_rate: 0.5", "refetch_burst: 4")))
 	c := srcs["acme"].Refetch
 	if c.Rate != 2.5 || c.Burst != 3 || c.Timeout != 750*time.Millisecond {
 		t.Fatalf("acme: %s", c)
@@ -162,25 +125,10 @@ sources:
 
 func TestRefetchMercadoPago(t *testing.T) {
 	t.Parallel()
-	srcs, err := refetchParse(t, fmt.Sprintf(`
-sources:
-  - name: mp
-    driver: mercadopago
-    secrets: ["mp-webhook-secret"]
-    api_token: %s
-  - name: mp-explicit
-    driver: mercadopago
-    secrets: ["mp-webhook-secret"]
-    refetch: true
-    api_token: %s
-    api_base_url: http://127.0.0.1:9
-  - name: mp-bare
-    driver: mercadopago
-    secrets: ["mp-webhook-secret"]
-`, refetchToken, refetchToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := mustParse(t, sourcesYAML(
+		sourceYAML("mp", "mercadopago", "mp-webhook-secret", "api_token: "+refetchToken),
+		sourceYAML("mp-explicit", "mercadopago", "mp-webhook-secret", "refetch: true", "api_token: "+refetchToken, "api_base_url: http://127.0.0.1:9"),
+		sourceYAML("mp-bare", "mercadopago", "mp-webhook-secret")))
 	c := srcs["mp"].Refetch
 	if c == nil || c.BaseURL != "" || c.Token != refetchToken {
 		t.Fatalf("mp: RefetchConfig %v", c)
@@ -204,59 +152,60 @@ sources:
 
 func TestRefetchErrors(t *testing.T) {
 	t.Parallel()
-	sw := func(extra string) string {
-		return fmt.Sprintf("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [%q]\n%s", refetchSWSecret, extra)
+	sw := func(settings ...string) string {
+		return sourcesYAML(sourceYAML("acme", "standardwebhooks", refetchSWSecret, settings...))
 	}
-	other := func(driver, secret, extra string) string {
-		return fmt.Sprintf("sources:\n  - name: gw\n    driver: %s\n    secrets: [%q]\n%s", driver, secret, extra)
+	other := func(driver, secret string, settings ...string) string {
+		return sourcesYAML(sourceYAML("gw", driver, secret, settings...))
 	}
-	on := "    refetch: true\n    api_base_url: https://api.acme.example\n    api_token: " + refetchToken + "\n"
+	on := []string{"refetch: true", "api_base_url: https://api.acme.example", "api_token: " + refetchToken}
+	swOn := func(setting string) string { return sw(append(slices.Clip(on), setting)...) }
 	for name, tc := range map[string]struct {
 		yaml string
 		want []string
 	}{
-		"driver cannot refetch": {other("pagbank", "5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A", "    refetch: true\n    api_token: x\n"),
+		"driver cannot refetch": {other("pagbank", "5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A", "refetch: true", "api_token: x"),
 			[]string{`source "gw"`, "refetch", "pagbank", "Refetcher"}},
-		"hmac cannot refetch": {"sources:\n  - name: gw\n    driver: hmac\n    secrets: [s]\n    options: {header: X-Sig}\n    refetch: true\n",
+		"hmac cannot refetch": {other("hmac", "s", "options: {header: X-Sig}", "refetch: true"),
 			[]string{`source "gw"`, "refetch", "hmac"}},
-		"mercadopago refetch false": {other("mercadopago", "s", "    refetch: false\n"),
+		"mercadopago refetch false": {other("mercadopago", "s", "refetch: false"),
 			[]string{`source "gw"`, "refetch", "always"}},
-		"api_token without refetch": {sw("    api_token: " + refetchToken + "\n"),
+		"api_token without refetch": {sw("api_token: " + refetchToken),
 			[]string{`source "acme"`, "api_token", "refetch is off"}},
-		"refetch_rate without refetch": {other("stripe", "whsec_x", "    refetch_rate: 5\n"),
+		"refetch_rate without refetch": {other("stripe", "whsec_x", "refetch_rate: 5"),
 			[]string{`source "gw"`, "refetch_rate", "refetch is off"}},
-		"refetch false with settings": {sw("    refetch: false\n    api_base_url: https://x.example\n"),
+		"refetch false with settings": {sw("refetch: false", "api_base_url: https://x.example"),
 			[]string{`source "acme"`, "api_base_url", "refetch is off"}},
-		"no api_token": {sw("    refetch: true\n    api_base_url: https://api.acme.example\n"),
+		"no api_token": {sw("refetch: true", "api_base_url: https://api.acme.example"),
 			[]string{`source "acme"`, "api_token", "required"}},
-		"mercadopago settings without token": {other("mercadopago", "s", "    refetch_rate: 5\n"),
+		"mercadopago settings without token": {other("mercadopago", "s", "refetch_rate: 5"),
 			[]string{`source "gw"`, "api_token", "required"}},
-		"api_token env unset": {sw("    refetch: true\n    api_base_url: https://api.acme.example\n    api_token: env:PAYSTREAM_TEST_UNSET_REFETCH_TOKEN\n"),
+		"api_token env unset": {sw("refetch: true", "api_base_url: https://api.acme.example", "api_token: env:PAYSTREAM_TEST_UNSET_REFETCH_TOKEN"),
 			[]string{`source "acme"`, "api_token", "PAYSTREAM_TEST_UNSET_REFETCH_TOKEN"}},
-		"api_token with a space": {sw("    refetch: true\n    api_base_url: https://api.acme.example\n    api_token: \"sk_live R3fetch\"\n"),
+		"api_token with a space": {sw("refetch: true", "api_base_url: https://api.acme.example", "api_token: \"sk_live R3fetch\""),
 			[]string{`source "acme"`, "api_token"}},
-		"no api_base_url for a generic gateway": {sw("    refetch: true\n    api_token: " + refetchToken + "\n"),
+		"no api_base_url for a generic gateway": {sw("refetch: true", "api_token: "+refetchToken),
 			[]string{`source "acme"`, "api_base_url", "required"}},
-		"api_base_url not http": {sw("    refetch: true\n    api_base_url: ftp://api.acme.example\n    api_token: " + refetchToken + "\n"),
+		"api_base_url not http": {sw("refetch: true", "api_base_url: ftp://api.acme.example", "api_token: "+refetchToken),
 			[]string{`source "acme"`, "api_base_url"}},
-		"api_base_url with credentials": {sw("    refetch: true\n    api_base_url: https://user:hunter2@api.acme.example\n    api_token: " + refetchToken + "\n"),
+		"api_base_url with credentials": {sw("refetch: true", "api_base_url: https://user:hunter2@api.acme.example", "api_token: "+refetchToken),
 			[]string{`source "acme"`, "api_base_url", "credentials"}},
-		"mercadopago bad api_base_url": {other("mercadopago", "s", "    api_base_url: api.mercadopago.com\n    api_token: "+refetchToken+"\n"),
+		"mercadopago bad api_base_url": {other("mercadopago", "s", "api_base_url: api.mercadopago.com", "api_token: "+refetchToken),
 			[]string{`source "gw"`, "api_base_url"}},
-		"refetch_rate zero":         {sw(on + "    refetch_rate: 0\n"), []string{`source "acme"`, "refetch_rate"}},
-		"refetch_rate negative":     {sw(on + "    refetch_rate: -1\n"), []string{`source "acme"`, "refetch_rate"}},
-		"refetch_rate infinite":     {sw(on + "    refetch_rate: .inf\n"), []string{`source "acme"`, "refetch_rate"}},
-		"refetch_rate NaN":          {sw(on + "    refetch_rate: .nan\n"), []string{`source "acme"`, "refetch_rate"}},
-		"refetch_rate huge":         {sw(on + "    refetch_rate: 1e300\n"), []string{`source "acme"`, "refetch_rate"}},
-		"refetch_rate not a number": {sw(on + "    refetch_rate: fast\n"), []string{`source "acme"`, "refetch_rate"}},
-		"refetch_burst zero":        {sw(on + "    refetch_burst: 0\n"), []string{`source "acme"`, "refetch_burst"}},
-		"refetch_timeout zero":      {sw(on + "    refetch_timeout: 0s\n"), []string{`source "acme"`, "refetch_timeout"}},
-		"refetch_timeout garbage":   {sw(on + "    refetch_timeout: soon\n"), []string{`source "acme"`, "refetch_timeout"}},
-		"refetch not a bool":        {sw("    refetch: maybe\n"), []string{`source "acme"`, "refetch"}},
+		"refetch_rate zero":         {swOn("refetch_rate: 0"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate negative":     {swOn("refetch_rate: -1"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate infinite":     {swOn("refetch_rate: .inf"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate NaN":          {swOn("refetch_rate: .nan"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate huge":         {swOn("refetch_rate: 1e300"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_rate not a number": {swOn("refetch_rate: fast"), []string{`source "acme"`, "refetch_rate"}},
+		"refetch_burst zero":        {swOn("refetch_burst: 0"), []string{`source "acme"`, "refetch_burst"}},
+		"refetch_timeout zero":      {swOn("refetch_timeout: 0s"), []string{`source "acme"`, "refetch_timeout"}},
+		"refetch_timeout garbage":   {swOn("refetch_timeout: soon"), []string{`source "acme"`, "refetch_timeout"}},
+		"refetch not a bool":        {sw("refetch: maybe"), []string{`source "acme"`, "refetch"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			_, err := refetchParse(t, tc.yaml)
+			_, err := parse(tc.yaml)
 			if err == nil {
 				t.Fatal("Parse accepted it")
 			}
@@ -278,16 +227,7 @@ func TestRefetchErrors(t *testing.T) {
 // log: fmt verbs, log/slog and JSON.
 func TestRefetchTokenNeverPrinted(t *testing.T) {
 	t.Parallel()
-	srcs, err := refetchParse(t, fmt.Sprintf(`
-sources:
-  - name: mp
-    driver: mercadopago
-    secrets: ["mp-webhook-secret"]
-    api_token: %s
-`, refetchToken))
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := mustParse(t, sourcesYAML(sourceYAML("mp", "mercadopago", "mp-webhook-secret", "api_token: "+refetchToken)))
 	c := srcs["mp"].Refetch
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "%v %+v %#v %s %v %+v", c, c, c, c, *c, *c)

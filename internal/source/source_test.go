@@ -1,11 +1,9 @@
 package source_test
 
 import (
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,19 +29,30 @@ func readmeSourcesYAML(t *testing.T) string {
 	return string(m[1])
 }
 
+// parse parses a sources file with every driver.
+func parse(yaml string) (map[string]*source.Source, error) {
+	return source.Parse([]byte(yaml), drivers.Factories())
+}
+
+// mustParse is parse for a sources file that must load.
+func mustParse(t *testing.T, yaml string) map[string]*source.Source {
+	t.Helper()
+	sources, err := parse(yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sources
+}
+
 // signedRequest is a Standard Webhooks request signed with secret.
 func signedRequest(t *testing.T, secret string) *provider.Request {
 	t.Helper()
 	now := time.Now()
 	body := []byte(`{"type":"payment.paid","timestamp":"2026-11-29T18:00:00Z","data":{"payment_id":"pay_1","amount":1050,"currency":"BRL"}}`)
-	sig, err := standardwebhooks.Sign(secret, "msg_1", now, body)
+	r, err := standardwebhooks.SignedRequest(secret, "msg_1", now, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &provider.Request{Header: http.Header{}, Body: body, Now: now}
-	r.Header.Set("webhook-id", "msg_1")
-	r.Header.Set("webhook-timestamp", strconv.FormatInt(now.Unix(), 10))
-	r.Header.Set("webhook-signature", sig)
 	return r
 }
 
@@ -58,7 +67,7 @@ func TestReadmeSourcesFile(t *testing.T) {
 	if !strings.Contains(yaml, readmeSecret) {
 		t.Fatalf("README's sources file no longer uses %s; update this test:\n%s", readmeSecret, yaml)
 	}
-	sources, err := source.Parse([]byte(yaml), drivers.Factories())
+	sources, err := parse(yaml)
 	if err != nil {
 		t.Fatalf("README's sources file: %v\n%s", err, yaml)
 	}
@@ -82,7 +91,7 @@ func TestReadmeSourcesFile(t *testing.T) {
 	if strings.Count(uncommented, "#") >= strings.Count(yaml, "#") {
 		t.Fatalf("found no commented optional setting to switch on:\n%s", yaml)
 	}
-	sources, err = source.Parse([]byte(uncommented), drivers.Factories())
+	sources, err = parse(uncommented)
 	if err != nil {
 		t.Fatalf("README's sources file with its optional settings: %v\n%s", err, uncommented)
 	}
@@ -114,15 +123,12 @@ func TestSecretReferences(t *testing.T) {
 	if err := os.WriteFile(path, []byte(fromFile+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sources, err := source.Parse([]byte(`
+	sources := mustParse(t, `
 sources:
   - name: acme
     driver: standardwebhooks
     secrets: ["env:PAYSTREAM_TEST_SOURCE_SECRET", "file:`+path+`", "`+readmeSecret+`"]
-`), drivers.Factories())
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	got := sources["acme"].Secrets
 	if want := []string{fromEnv, fromFile, readmeSecret}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("secrets = %q, want %q", got, want)
@@ -254,7 +260,7 @@ func TestErrors(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := "sources:\n" + ok + strings.TrimPrefix(tc.yaml, "\n") + "\n"
-			_, err := source.Parse([]byte(doc), drivers.Factories())
+			_, err := parse(doc)
 			if err == nil {
 				t.Fatalf("accepted:\n%s", doc)
 			}
@@ -278,7 +284,7 @@ func TestErrors(t *testing.T) {
 // and override some.
 func TestAnchorsAndMergeKeys(t *testing.T) {
 	t.Parallel()
-	sources, err := source.Parse([]byte(`
+	sources := mustParse(t, `
 sources:
   - &base
     name: acme
@@ -291,10 +297,7 @@ sources:
   - name: other
     driver: standardwebhooks
     secrets: *secrets
-`), drivers.Factories())
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	br, other := sources["acme-br"], sources["other"]
 	if len(sources) != 3 || br == nil || other == nil {
 		t.Fatalf("sources = %v, want acme, acme-br and other", sources)
@@ -314,7 +317,7 @@ func TestFileErrors(t *testing.T) {
 	}
 	for _, doc := range []string{"", "sources: []\n", "sources:\n", "other: 1\n", "sources: [\n", "sources: acme\n", "- acme\n",
 		"sources: []\nsources: []\n"} {
-		if _, err := source.Parse([]byte(doc), drivers.Factories()); err == nil {
+		if _, err := parse(doc); err == nil {
 			t.Errorf("%q accepted", doc)
 		}
 	}

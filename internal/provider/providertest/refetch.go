@@ -6,6 +6,8 @@ import (
 	"errors"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -260,6 +262,29 @@ func (s RefetchSuite) Fuzz(f *testing.F, seeds ...string) {
 		}
 		CheckConverges(t, facts, "")
 	})
+}
+
+// Answer returns the API answer stored in testdata/refetch/{name}, where
+// a driver keeps the real answers its refetch cases and fuzz seeds start
+// from. It fails tb when the file cannot be read.
+func Answer(tb testing.TB, name string) string {
+	tb.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "refetch", name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+// Variants returns Fuzz seeds made from answer: its first half (a
+// truncated answer), then answer with each edit (old text, new text) made
+// once.
+func Variants(answer string, edits [][2]string) []string {
+	seeds := []string{answer[:len(answer)/2]}
+	for _, e := range edits {
+		seeds = append(seeds, strings.Replace(answer, e[0], e[1], 1))
+	}
+	return seeds
 }
 
 // CheckConverges replays facts on a new payment: in the order given every

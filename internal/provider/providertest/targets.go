@@ -49,9 +49,15 @@ func (h Harness) FuzzParse(f *testing.F) {
 // SignHeader is a Harness.Sign for schemes that put one value, computed
 // from the secret and the body alone, in one header.
 func SignHeader(header string, sign func(secret string, body []byte) string) func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
+	return SignHeaderAt(header, func(secret string, body []byte, _ time.Time) string { return sign(secret, body) })
+}
+
+// SignHeaderAt is SignHeader for schemes whose one header also covers the
+// time of signing, ts (Stripe's).
+func SignHeaderAt(header string, sign func(secret string, body []byte, ts time.Time) string) func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
 	return func(_ testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
 		r := &provider.Request{Header: http.Header{}, Body: body, Now: ts}
-		r.Header.Set(header, sign(secret, body))
+		r.Header.Set(header, sign(secret, body, ts))
 		return r
 	}
 }

@@ -1,7 +1,6 @@
 package standardwebhooks
 
 import (
-	"net/http"
 	"strconv"
 	"testing"
 	"time"
@@ -26,14 +25,10 @@ func harness() providertest.Harness {
 		WrongSecret: "whsec_d3Jvbmcgc2VjcmV0IGZvciB0ZXN0cw==",
 		Sign: func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
 			t.Helper()
-			sig, err := Sign(secret, "msg_2fUo1Jm0KpGh0qRW", ts, body)
+			r, err := SignedRequest(secret, "msg_2fUo1Jm0KpGh0qRW", ts, body)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r := &provider.Request{Header: http.Header{}, Body: body, Now: ts}
-			r.Header.Set(HeaderID, "msg_2fUo1Jm0KpGh0qRW")
-			r.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-			r.Header.Set(HeaderSignature, sig)
 			return r
 		},
 		Tolerance:       DefaultTolerance,

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,14 +32,10 @@ func TestRefetchMarksEvents(t *testing.T) {
 	ts := time.Unix(1718221503, 0)
 	for _, refetch := range []bool{false, true} {
 		d := refetchDriver(t, refetch)
-		sig, err := Sign(specSecret, "msg_1", ts, body)
+		r, err := SignedRequest(specSecret, "msg_1", ts, body)
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &provider.Request{Header: http.Header{}, Body: body, Now: ts}
-		r.Header.Set(HeaderID, "msg_1")
-		r.Header.Set(HeaderTimestamp, strconv.FormatInt(ts.Unix(), 10))
-		r.Header.Set(HeaderSignature, sig)
 		if err := d.Verify(r); err != nil {
 			t.Fatal(err)
 		}

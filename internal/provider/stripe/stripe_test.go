@@ -117,11 +117,9 @@ func harness() providertest.Harness {
 		OldSecret:   oldSecret,
 		NewSecret:   newSecret,
 		WrongSecret: wrongSecret,
-		Sign: func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {
-			r := &provider.Request{Header: http.Header{}, Body: body, Now: ts}
-			r.Header.Set(HeaderSignature, Sign(secret, ts, body))
-			return r
-		},
+		Sign: providertest.SignHeaderAt(HeaderSignature, func(secret string, body []byte, ts time.Time) string {
+			return Sign(secret, ts, body)
+		}),
 		Tolerance:       DefaultTolerance,
 		RequiredHeaders: []string{HeaderSignature},
 		Tampers: map[string]func(*provider.Request){
