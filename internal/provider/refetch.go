@@ -143,6 +143,15 @@ func RefetchTime(what, s string) (time.Time, error) {
 	return t.UTC(), nil
 }
 
+// RequiredRefetchTime is RefetchTime for a time the answer must carry: ""
+// is unprocessable, "missing {what}".
+func RequiredRefetchTime(what, s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, Unprocessable("missing " + what)
+	}
+	return RefetchTime(what, s)
+}
+
 // CheckToken refuses an empty API credential or one that cannot be put in
 // a header (spaces, control characters), naming driver and what it is;
 // errors never include the token.

@@ -172,12 +172,9 @@ func parsePayment(body []byte, wantID string) ([]payment.Fact, error) {
 	if amount == 0 {
 		return nil, provider.Unprocessable("transaction_amount is zero")
 	}
-	created, err := provider.RefetchTime("date_created", p.DateCreated)
+	created, err := provider.RequiredRefetchTime("date_created", p.DateCreated)
 	if err != nil {
 		return nil, err
-	}
-	if created.IsZero() {
-		return nil, provider.Unprocessable("missing date_created")
 	}
 	approved, err := provider.RefetchTime("date_approved", p.DateApproved)
 	if err != nil {

@@ -140,12 +140,9 @@ func parseRefetchPayment(body []byte, want string) ([]payment.Fact, error) {
 	default:
 		return nil, provider.Unprocessable("unknown status")
 	}
-	updated, err := provider.RefetchTime("updated_at", p.UpdatedAt)
+	updated, err := provider.RequiredRefetchTime("updated_at", p.UpdatedAt)
 	if err != nil {
 		return nil, err
-	}
-	if updated.IsZero() {
-		return nil, provider.Unprocessable("missing updated_at")
 	}
 	paidAt, err := provider.RefetchTime("paid_at", p.PaidAt)
 	if err != nil {
