@@ -93,8 +93,8 @@ func CheckID(what, id string) error {
 // LookupStatus returns the status statuses maps a gateway's event kind to
 // (its type, event or charge status: what names it in the errors). An
 // empty kind is "missing {what}", one statuses does not hold "unknown
-// {what}", both unprocessable. The status may be "" for a kind the driver
-// knows carries no fact.
+// {what}", both unprocessable; one it maps to "", a kind the driver knows
+// carries no payment fact, is irrelevant.
 func LookupStatus(statuses map[string]payment.Status, what, kind string) (payment.Status, error) {
 	status, ok := statuses[kind]
 	switch {
@@ -102,6 +102,8 @@ func LookupStatus(statuses map[string]payment.Status, what, kind string) (paymen
 		return "", Unprocessable("missing " + what)
 	case !ok:
 		return "", Unprocessable("unknown " + what)
+	case status == "":
+		return "", Irrelevant(kind + " carries no payment fact")
 	}
 	return status, nil
 }

@@ -72,11 +72,8 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 		return provider.Event{}, err
 	}
 	status, err := provider.LookupStatus(Statuses, "event", n.Event)
-	switch {
-	case err != nil:
+	if err != nil {
 		return provider.Event{}, err
-	case status == "":
-		return provider.Event{}, provider.Irrelevant(n.Event + " carries no payment fact")
 	}
 	if err := provider.CheckID("payment id", n.Payment.ID); err != nil {
 		return provider.Event{}, err

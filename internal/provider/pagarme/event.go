@@ -75,11 +75,8 @@ func (d *Driver) Parse(r *provider.Request) (provider.Event, error) {
 		return provider.Event{}, err
 	}
 	status, err := provider.LookupStatus(Statuses, "type", h.Type)
-	switch {
-	case err != nil:
+	if err != nil {
 		return provider.Event{}, err
-	case status == "":
-		return provider.Event{}, provider.Irrelevant(h.Type + " carries no payment fact")
 	}
 	occurred, err := parseTime(h.CreatedAt)
 	if err != nil {
