@@ -111,6 +111,19 @@ func NewWebhook(body []byte) *Webhook {
 	return &Webhook{Header: http.Header{"Content-Type": {"application/json"}}, Body: body}
 }
 
+// HeaderWebhook is the Webhook of body from a gateway that signs with its
+// first secret (FirstSecret, naming driver) into one header: sign makes
+// the header's value from the secret.
+func HeaderWebhook(driver string, cfg Config, body []byte, header string, sign func(secret string) string) (*Webhook, error) {
+	secret, err := FirstSecret(driver, cfg)
+	if err != nil {
+		return nil, err
+	}
+	w := NewWebhook(body)
+	w.Header.Set(header, sign(secret))
+	return w, nil
+}
+
 // FirstSecret returns cfg's first secret, or an error naming driver when
 // there is none.
 func FirstSecret(driver string, cfg Config) (string, error) {

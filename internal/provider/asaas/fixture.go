@@ -35,11 +35,5 @@ func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.We
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"event":%q,"dateCreated":%q,"payment":{"object":"payment","id":%q,"value":%s,"billingType":"CREDIT_CARD","status":%q}}`,
 		f.EventID, event, f.At.In(brasilia).Format("2006-01-02 15:04:05"), f.PaymentID, money.Format(f.AmountMinor, f.Cur()), status)
-	secret, err := provider.FirstSecret("asaas", cfg)
-	if err != nil {
-		return nil, err
-	}
-	w := provider.NewWebhook(body)
-	w.Header.Set(HeaderToken, Sign(secret))
-	return w, nil
+	return provider.HeaderWebhook("asaas", cfg, body, HeaderToken, Sign)
 }

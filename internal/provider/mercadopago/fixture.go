@@ -23,13 +23,13 @@ func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.
 	body := fmt.Appendf(nil, `{"action":%q,"api_version":"v1","data":{"id":%q},"date_created":%q,"id":%s,"live_mode":false,"type":"payment","user_id":"0"}`,
 		action, pid, f.At.UTC().Format("2006-01-02T15:04:05.000Z07:00"), f.EventID)
 	requestID := fmt.Sprintf("req%s-%s-%d", pid, f.EventID, now.UnixNano())
-	secret, err := provider.FirstSecret("mercadopago", cfg)
+	w, err := provider.HeaderWebhook("mercadopago", cfg, body, HeaderSignature, func(secret string) string {
+		return Sign(secret, pid, requestID, now)
+	})
 	if err != nil {
 		return nil, err
 	}
-	w := provider.NewWebhook(body)
 	w.Header.Set(HeaderRequestID, requestID)
-	w.Header.Set(HeaderSignature, Sign(secret, pid, requestID, now))
 	w.RawQuery = url.Values{QueryDataID: {pid}, "type": {"payment"}}.Encode()
 	return w, nil
 }

@@ -44,11 +44,5 @@ func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.We
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"account":{"id":"acc_sim","name":"simulate"},"type":%q,"created_at":%q,"data":%s}`,
 		f.EventID, typ, f.At.UTC().Format(time.RFC3339Nano), data)
-	secret, err := provider.FirstSecret("pagarme", cfg)
-	if err != nil {
-		return nil, err
-	}
-	w := provider.NewWebhook(body)
-	w.Header.Set(HeaderSignature, Sign(secret, body))
-	return w, nil
+	return provider.HeaderWebhook("pagarme", cfg, body, HeaderSignature, func(secret string) string { return Sign(secret, body) })
 }

@@ -39,11 +39,5 @@ func Webhook(cfg provider.Config, f provider.Fixture, _ time.Time) (*provider.We
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"reference_id":"simulate","status":%q,"created_at":%q%s,"amount":{"value":%d,"currency":%q,"summary":{"total":%d,"paid":%d,"refunded":%d}},"payment_method":{"type":"CREDIT_CARD"}}`,
 		f.PaymentID, status, created.UTC().Format(time.RFC3339Nano), paidField, f.AmountMinor, f.Cur(), f.AmountMinor, paid, refunded)
-	secret, err := provider.FirstSecret("pagbank", cfg)
-	if err != nil {
-		return nil, err
-	}
-	w := provider.NewWebhook(body)
-	w.Header.Set(HeaderSignature, Sign(secret, body))
-	return w, nil
+	return provider.HeaderWebhook("pagbank", cfg, body, HeaderSignature, func(secret string) string { return Sign(secret, body) })
 }

@@ -51,11 +51,5 @@ func Webhook(cfg provider.Config, f provider.Fixture, now time.Time) (*provider.
 		return nil, fmt.Errorf("stripe: %s: %w", f.Kind, provider.ErrNoFixture)
 	}
 	body := fmt.Appendf(nil, `{"id":%q,"object":"event","api_version":"2024-06-20","created":%d,"type":%q,"data":{"object":%s}}`, f.EventID, f.At.Unix(), typ, obj)
-	secret, err := provider.FirstSecret("stripe", cfg)
-	if err != nil {
-		return nil, err
-	}
-	w := provider.NewWebhook(body)
-	w.Header.Set(HeaderSignature, Sign(secret, now, body))
-	return w, nil
+	return provider.HeaderWebhook("stripe", cfg, body, HeaderSignature, func(secret string) string { return Sign(secret, now, body) })
 }
