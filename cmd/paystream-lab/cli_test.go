@@ -1,42 +1,22 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/paystream/paystream/internal/cmdline/cmdlinetest"
 	"github.com/paystream/paystream/internal/testenv"
 )
 
-// envRunMain makes the test binary act as paystream-lab: run(args) in a
-// child process, so that exit statuses and what goes to stdout and stderr
-// are observed as a user sees them.
-const envRunMain = "PAYSTREAM_LAB_TEST_RUN_MAIN"
+// lab is the binary under test, run in child processes so that exit
+// statuses and what goes to stdout and stderr are observed as a user sees
+// them; Run leaves no PAYSTREAM_ setting in the child's environment but
+// those it is given.
+var lab = cmdlinetest.Binary{EnvVar: "PAYSTREAM_LAB_TEST_RUN_MAIN", Main: run, Timeout: 2 * time.Minute}
 
-func TestMain(m *testing.M) {
-	if os.Getenv(envRunMain) == "1" {
-		os.Exit(run(os.Args[1:]))
-	}
-	goleak.VerifyTestMain(testenv.Wrap(m))
-}
-
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-// lab runs run(args) in a child process whose environment has no
-// PAYSTREAM_ setting except those in env ("NAME=value").
-func lab(t *testing.T, env []string, args ...string) result {
-	t.Helper()
-	r := cmdlinetest.Run(t, envRunMain, 2*time.Minute, env, args...)
-	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
-}
+func TestMain(m *testing.M) { lab.TestMain(testenv.Wrap(m)) }
 
 // TestKafkaSettingsValidated: simulate checks the Kafka TLS and SASL
 // settings before it connects or sends anything, in paystream's words,
@@ -57,11 +37,11 @@ func TestKafkaSettingsValidated(t *testing.T) {
 			"paystream-lab: kafka: --kafka-sasl-mechanism SCRAM-SHA-512 needs --kafka-sasl-username\n"},
 	} {
 		env := append([]string{"PAYSTREAM_KAFKA_BROKERS=127.0.0.1:1"}, s.env...)
-		r := lab(t, env, "simulate", "--sources", sources, "--verify", db)
-		if r.code != 1 || r.stderr != s.want {
-			t.Errorf("simulate with %q: exit %d, stderr %q; want exit 1 and %q", s.env, r.code, r.stderr, s.want)
+		r := lab.Run(t, env, "simulate", "--sources", sources, "--verify", db)
+		if r.Code != 1 || r.Stderr != s.want {
+			t.Errorf("simulate with %q: exit %d, stderr %q; want exit 1 and %q", s.env, r.Code, r.Stderr, s.want)
 		}
-		if strings.Contains(r.stdout+r.stderr, password) {
+		if strings.Contains(r.Stdout+r.Stderr, password) {
 			t.Error("simulate printed the password")
 		}
 	}

@@ -82,17 +82,17 @@ func TestLoadgenCommand(t *testing.T) {
 	t.Parallel()
 	url, ok, bad := verifier(t, loadgenSources)
 	path := writeSources(t, loadgenSources)
-	r := lab(t, nil, "loadgen", "--sources", path, "--url", url, "-n", "60", "-c", "4", "--duplicates", "0.1", "--json")
-	if r.code != 0 {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	r := lab.Run(t, nil, "loadgen", "--sources", path, "--url", url, "-n", "60", "-c", "4", "--duplicates", "0.1", "--json")
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
 	var rep struct {
 		Requests int64              `json:"requests"`
 		Status   map[string]int64   `json:"status"`
 		Latency  map[string]float64 `json:"latency_ms"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
-		t.Fatalf("stdout is not a JSON report: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("stdout is not a JSON report: %v\n%s", err, r.Stdout)
 	}
 	if rep.Requests != 60 || rep.Status["200"] != 60 || rep.Latency["p99"] <= 0 {
 		t.Errorf("report %+v, want 60 × 200", rep)
@@ -100,26 +100,26 @@ func TestLoadgenCommand(t *testing.T) {
 	if ok.Load() != 60 || bad.Load() != 0 {
 		t.Errorf("server verified %d and rejected %d, want 60 and 0", ok.Load(), bad.Load())
 	}
-	if !strings.Contains(r.stderr, "acme (standardwebhooks), st (stripe), as (asaas)") {
-		t.Errorf("stderr does not name the sources:\n%s", r.stderr)
+	if !strings.Contains(r.Stderr, "acme (standardwebhooks), st (stripe), as (asaas)") {
+		t.Errorf("stderr does not name the sources:\n%s", r.Stderr)
 	}
 	for _, secret := range []string{"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "asaas-token-5d2c"} {
-		if strings.Contains(r.stdout+r.stderr, secret) {
+		if strings.Contains(r.Stdout+r.Stderr, secret) {
 			t.Errorf("output contains a secret")
 		}
 	}
 
 	// One source, text report.
-	r = lab(t, nil, "loadgen", "--sources", path, "--url", url, "--source", "st", "-n", "5", "-q")
-	if r.code != 0 || !strings.Contains(r.stdout, "200: 5") || !strings.Contains(r.stdout, "p99 ") || r.stderr != "" {
-		t.Errorf("--source st -q: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	r = lab.Run(t, nil, "loadgen", "--sources", path, "--url", url, "--source", "st", "-n", "5", "-q")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "200: 5") || !strings.Contains(r.Stdout, "p99 ") || r.Stderr != "" {
+		t.Errorf("--source st -q: exit %d\nstdout: %s\nstderr: %s", r.Code, r.Stdout, r.Stderr)
 	}
 
 	// fasthttp's client: every request verified too.
 	before := ok.Load()
-	r = lab(t, nil, "loadgen", "--sources", path, "--url", url, "--client", "fasthttp", "-n", "30", "-c", "4", "-q")
-	if r.code != 0 || !strings.Contains(r.stdout, "200: 30") || ok.Load()-before != 30 || bad.Load() != 0 {
-		t.Errorf("--client fasthttp: exit %d, server verified %d and rejected %d\nstdout: %s\nstderr: %s", r.code, ok.Load()-before, bad.Load(), r.stdout, r.stderr)
+	r = lab.Run(t, nil, "loadgen", "--sources", path, "--url", url, "--client", "fasthttp", "-n", "30", "-c", "4", "-q")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "200: 30") || ok.Load()-before != 30 || bad.Load() != 0 {
+		t.Errorf("--client fasthttp: exit %d, server verified %d and rejected %d\nstdout: %s\nstderr: %s", r.Code, ok.Load()-before, bad.Load(), r.Stdout, r.Stderr)
 	}
 }
 
@@ -136,13 +136,13 @@ func TestLoadgenUsageErrors(t *testing.T) {
 		{[]string{"-c", "0", "-n", "1"}, "--concurrency"},
 		{[]string{"--client", "curl", "-n", "1"}, "--client"},
 	} {
-		r := lab(t, nil, append([]string{"loadgen", "--sources", path, "--url", "http://127.0.0.1:1"}, c.args...)...)
-		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("loadgen %v: exit %d, stderr %q, want an error about %s", c.args, r.code, r.stderr, c.want)
+		r := lab.Run(t, nil, append([]string{"loadgen", "--sources", path, "--url", "http://127.0.0.1:1"}, c.args...)...)
+		if r.Code == 0 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("loadgen %v: exit %d, stderr %q, want an error about %s", c.args, r.Code, r.Stderr, c.want)
 		}
 	}
-	if r := lab(t, nil, "loadgen", "-n", "1"); r.code == 0 || !strings.Contains(r.stderr, "--sources") {
-		t.Errorf("loadgen without sources: exit %d, stderr %q", r.code, r.stderr)
+	if r := lab.Run(t, nil, "loadgen", "-n", "1"); r.Code == 0 || !strings.Contains(r.Stderr, "--sources") {
+		t.Errorf("loadgen without sources: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }
 

@@ -31,17 +31,17 @@ func TestSimulateCommandDelivers(t *testing.T) {
 	url, ok, bad := verifier(t, loadgenSources)
 	sources := writeSources(t, loadgenSources)
 	oracle := filepath.Join(t.TempDir(), "oracle.json")
-	r := lab(t, nil, "simulate", "--sources", sources, "--url", url, "--payments", "40", "--duplicates", "0.2",
+	r := lab.Run(t, nil, "simulate", "--sources", sources, "--url", url, "--payments", "40", "--duplicates", "0.2",
 		"--reorder", "0.3", "--seed", "5", "--oracle", oracle, "--json", "-q")
-	if r.code != 0 {
-		t.Fatalf("exit %d, stderr:\n%s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d, stderr:\n%s", r.Code, r.Stderr)
 	}
 	var out struct {
 		Seed     int64                  `json:"seed"`
 		Delivery simulate.DeliveryStats `json:"delivery"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("stdout is not the JSON report: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s", err, r.Stdout)
 	}
 	d := out.Delivery
 	if out.Seed != 5 || d.OK != d.Planned || d.Planned != d.Events+d.Duplicates || d.Duplicates == 0 || d.GivenUp != 0 {
@@ -79,9 +79,9 @@ func TestSimulateUsageErrors(t *testing.T) {
 		{[]string{"simulate", "--sources", sources, "--driver", "mercadopago"}, "no source with driver"},
 	}
 	for _, c := range cases {
-		r := lab(t, nil, c.args...)
-		if r.code == 0 || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("%s: exit %d, stderr %q; want a failure naming %s", strings.Join(c.args, " "), r.code, r.stderr, c.want)
+		r := lab.Run(t, nil, c.args...)
+		if r.Code == 0 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("%s: exit %d, stderr %q; want a failure naming %s", strings.Join(c.args, " "), r.Code, r.Stderr, c.want)
 		}
 	}
 }
@@ -138,14 +138,14 @@ func TestSimulateVerifyCommand(t *testing.T) {
 	oracle := filepath.Join(t.TempDir(), "oracle.json")
 	env := []string{"PAYSTREAM_DATABASE_URL=" + db.URL, "PAYSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","),
 		"PAYSTREAM_RAW_TOPIC=" + raw, "PAYSTREAM_STATE_TOPIC=" + state, "PAYSTREAM_GROUP=" + group}
-	r := lab(t, env, "simulate", "--sources", writeSources(t, loadgenSources), "--url", hs.URL, "--payments", "60",
+	r := lab.Run(t, env, "simulate", "--sources", writeSources(t, loadgenSources), "--url", hs.URL, "--payments", "60",
 		"--duplicates", "0.2", "--reorder", "0.3", "--poison", "1", "--verify", "--oracle", oracle)
-	t.Logf("stdout:\n%s", r.stdout)
-	if r.code != 0 || !strings.Contains(r.stdout, "all invariants hold") {
-		t.Fatalf("simulate --verify: exit %d, stderr:\n%s", r.code, r.stderr)
+	t.Logf("stdout:\n%s", r.Stdout)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "all invariants hold") {
+		t.Fatalf("simulate --verify: exit %d, stderr:\n%s", r.Code, r.Stderr)
 	}
 	for _, id := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10"} {
-		if !regexp.MustCompile(`(?m)^` + id + `\s+ok\s`).MatchString(r.stdout) {
+		if !regexp.MustCompile(`(?m)^` + id + `\s+ok\s`).MatchString(r.Stdout) {
 			t.Errorf("no ok line for %s", id)
 		}
 	}
@@ -154,16 +154,16 @@ func TestSimulateVerifyCommand(t *testing.T) {
 		WHERE (payment_key, version, movement) = (SELECT payment_key, version, movement FROM ledger_movements ORDER BY payment_key LIMIT 1)`); err != nil {
 		t.Fatal(err)
 	}
-	r = lab(t, env, "simulate", "--verify-only", "--oracle", oracle, "--drain-timeout", "5s", "--json", "-q")
+	r = lab.Run(t, env, "simulate", "--verify-only", "--oracle", oracle, "--drain-timeout", "5s", "--json", "-q")
 	var out struct {
 		OK     bool            `json:"ok"`
 		Verify simulate.Report `json:"verify"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-		t.Fatalf("stdout is not the JSON report: %v\n%s\nstderr:\n%s", err, r.stdout, r.stderr)
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		t.Fatalf("stdout is not the JSON report: %v\n%s\nstderr:\n%s", err, r.Stdout, r.Stderr)
 	}
-	if r.code != exitDrift || out.OK || strings.Join(out.Verify.Failed(), ",") != "I7" {
-		t.Fatalf("--verify-only after a ledger change: exit %d, fails %v; want exit %d and I7 alone\nstderr:\n%s", r.code, out.Verify.Failed(), exitDrift, r.stderr)
+	if r.Code != exitDrift || out.OK || strings.Join(out.Verify.Failed(), ",") != "I7" {
+		t.Fatalf("--verify-only after a ledger change: exit %d, fails %v; want exit %d and I7 alone\nstderr:\n%s", r.Code, out.Verify.Failed(), exitDrift, r.Stderr)
 	}
 	t.Logf("I7: %s", out.Verify.Result("I7").Detail)
 }

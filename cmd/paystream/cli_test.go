@@ -11,32 +11,16 @@ import (
 	"time"
 
 	"github.com/paystream/paystream/internal/cmdline/cmdlinetest"
+	"github.com/paystream/paystream/internal/testenv"
 )
 
-// envRunMain makes the test binary act as paystream: run(args) in a child
-// process, so that exit statuses, kong's os.Exit after --help and what goes
-// to stdout and stderr are observed as a user sees them.
-const envRunMain = "PAYSTREAM_CLI_TEST_RUN_MAIN"
+// paystream is the binary under test, run in child processes so that exit
+// statuses, kong's os.Exit after --help and what goes to stdout and stderr
+// are observed as a user sees them; Run leaves no PAYSTREAM_ setting in
+// the child's environment but those it is given.
+var paystream = cmdlinetest.Binary{EnvVar: "PAYSTREAM_CLI_TEST_RUN_MAIN", Main: run, Timeout: 30 * time.Second}
 
-func TestMain(m *testing.M) {
-	if os.Getenv(envRunMain) == "1" {
-		os.Exit(run(os.Args[1:]))
-	}
-	os.Exit(m.Run())
-}
-
-type result struct {
-	code           int
-	stdout, stderr string
-}
-
-// paystream runs run(args) in a child process whose environment has no
-// PAYSTREAM_ setting except those in env ("NAME=value").
-func paystream(t *testing.T, env []string, args ...string) result {
-	t.Helper()
-	r := cmdlinetest.Run(t, envRunMain, 30*time.Second, env, args...)
-	return result{code: r.Code, stdout: r.Stdout, stderr: r.Stderr}
-}
+func TestMain(m *testing.M) { paystream.TestMain(testenv.Wrap(m)) }
 
 // commands returns the subcommands `paystream --help` lists, e.g. "ingest",
 // "inspect payment".
@@ -94,11 +78,11 @@ func readmeEnv(t *testing.T) map[string][]string {
 // an environment variable").
 func TestHelp(t *testing.T) {
 	t.Parallel()
-	top := paystream(t, nil, "--help")
-	if top.code != 0 || !strings.Contains(top.stdout, "Usage: paystream") {
-		t.Fatalf("--help: exit %d, stdout:\n%s\nstderr:\n%s", top.code, top.stdout, top.stderr)
+	top := paystream.Run(t, nil, "--help")
+	if top.Code != 0 || !strings.Contains(top.Stdout, "Usage: paystream") {
+		t.Fatalf("--help: exit %d, stdout:\n%s\nstderr:\n%s", top.Code, top.Stdout, top.Stderr)
 	}
-	cmds := commands(t, top.stdout)
+	cmds := commands(t, top.Stdout)
 	for _, want := range []string{"ingest", "processor", "sink", "migrate", "dev", "inspect payment", "version"} {
 		if !slices.Contains(cmds, want) {
 			t.Errorf("--help does not list %q (lists %q)", want, cmds)
@@ -111,11 +95,11 @@ func TestHelp(t *testing.T) {
 	for _, cmd := range cmds {
 		t.Run(strings.ReplaceAll(cmd, " ", "_"), func(t *testing.T) {
 			t.Parallel()
-			r := paystream(t, nil, append(strings.Fields(cmd), "--help")...)
-			if r.code != 0 || !strings.Contains(r.stdout, "Usage: paystream "+cmd) {
-				t.Fatalf("%s --help: exit %d, stdout:\n%s\nstderr:\n%s", cmd, r.code, r.stdout, r.stderr)
+			r := paystream.Run(t, nil, append(strings.Fields(cmd), "--help")...)
+			if r.Code != 0 || !strings.Contains(r.Stdout, "Usage: paystream "+cmd) {
+				t.Fatalf("%s --help: exit %d, stdout:\n%s\nstderr:\n%s", cmd, r.Code, r.Stdout, r.Stderr)
 			}
-			help := r.stdout
+			help := r.Stdout
 			// Kong wraps help lines; join them so "($PAYSTREAM_X)" is whole.
 			joined := regexp.MustCompile(`\n\s+`).ReplaceAllString(help, " ")
 			for env, users := range docs {
@@ -172,15 +156,15 @@ func TestMissingConfig(t *testing.T) {
 	}
 	for _, tc := range cases {
 		start := time.Now()
-		r := paystream(t, nil, tc.args...)
+		r := paystream.Run(t, nil, tc.args...)
 		took := time.Since(start)
-		if r.code == 0 {
+		if r.Code == 0 {
 			t.Errorf("%s: exit 0, want a failure", strings.Join(tc.args, " "))
 			continue
 		}
 		for _, w := range tc.want {
-			if !strings.Contains(r.stderr, w) {
-				t.Errorf("%s: stderr %q does not mention %s", strings.Join(tc.args, " "), r.stderr, w)
+			if !strings.Contains(r.Stderr, w) {
+				t.Errorf("%s: stderr %q does not mention %s", strings.Join(tc.args, " "), r.Stderr, w)
 			}
 		}
 		if took > 10*time.Second {
@@ -195,13 +179,13 @@ func TestFlagsWinOverEnv(t *testing.T) {
 	t.Parallel()
 	fromEnv, fromFlag := filepath.Join(t.TempDir(), "env-dir"), filepath.Join(t.TempDir(), "flag-dir")
 	args := []string{"inspect", "payment", "--source", "acme", "--id", "pay_1"}
-	r := paystream(t, []string{"PAYSTREAM_DATA_DIR=" + fromEnv}, args...)
-	if r.code == 0 || !strings.Contains(r.stderr, fromEnv) {
-		t.Errorf("PAYSTREAM_DATA_DIR alone: exit %d, stderr %q; want it used", r.code, r.stderr)
+	r := paystream.Run(t, []string{"PAYSTREAM_DATA_DIR=" + fromEnv}, args...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, fromEnv) {
+		t.Errorf("PAYSTREAM_DATA_DIR alone: exit %d, stderr %q; want it used", r.Code, r.Stderr)
 	}
-	r = paystream(t, []string{"PAYSTREAM_DATA_DIR=" + fromEnv}, append(args, "--data-dir", fromFlag)...)
-	if r.code == 0 || !strings.Contains(r.stderr, fromFlag) || strings.Contains(r.stderr, fromEnv) {
-		t.Errorf("--data-dir and PAYSTREAM_DATA_DIR: exit %d, stderr %q; want the flag used", r.code, r.stderr)
+	r = paystream.Run(t, []string{"PAYSTREAM_DATA_DIR=" + fromEnv}, append(args, "--data-dir", fromFlag)...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, fromFlag) || strings.Contains(r.Stderr, fromEnv) {
+		t.Errorf("--data-dir and PAYSTREAM_DATA_DIR: exit %d, stderr %q; want the flag used", r.Code, r.Stderr)
 	}
 }
 
@@ -214,25 +198,25 @@ func TestBadSourcesFile(t *testing.T) {
 	if err := os.WriteFile(path, []byte("sources:\n  - name: acme\n    driver: stripe2\n    secrets: [\""+secret+"\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := paystream(t, nil, "ingest", "--kafka-brokers=127.0.0.1:1", "--sources", path)
-	if r.code == 0 || !strings.Contains(r.stderr, `source "acme"`) || !strings.Contains(r.stderr, "stripe2") {
-		t.Errorf("exit %d, stderr %q; want a failure naming source acme and driver stripe2", r.code, r.stderr)
+	r := paystream.Run(t, nil, "ingest", "--kafka-brokers=127.0.0.1:1", "--sources", path)
+	if r.Code == 0 || !strings.Contains(r.Stderr, `source "acme"`) || !strings.Contains(r.Stderr, "stripe2") {
+		t.Errorf("exit %d, stderr %q; want a failure naming source acme and driver stripe2", r.Code, r.Stderr)
 	}
-	if strings.Contains(r.stderr+r.stdout, strings.TrimPrefix(secret, "whsec_")) {
-		t.Errorf("output contains the secret: %q", r.stderr)
+	if strings.Contains(r.Stderr+r.Stdout, strings.TrimPrefix(secret, "whsec_")) {
+		t.Errorf("output contains the secret: %q", r.Stderr)
 	}
-	if r := paystream(t, nil, "ingest", "--kafka-brokers=127.0.0.1:1", "--sources", path+".missing"); r.code == 0 ||
-		!strings.Contains(r.stderr, "sources.yaml.missing") {
-		t.Errorf("missing sources file: exit %d, stderr %q; want a failure naming it", r.code, r.stderr)
+	if r := paystream.Run(t, nil, "ingest", "--kafka-brokers=127.0.0.1:1", "--sources", path+".missing"); r.Code == 0 ||
+		!strings.Contains(r.Stderr, "sources.yaml.missing") {
+		t.Errorf("missing sources file: exit %d, stderr %q; want a failure naming it", r.Code, r.Stderr)
 	}
 }
 
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{}, {"bogus"}, {"processor", "--no-such-flag"}, {"--log-level", "loud", "version"}} {
-		r := paystream(t, nil, args...)
-		if r.code == 0 || r.stderr == "" {
-			t.Errorf("paystream %q: exit %d, stderr %q; want a usage error", args, r.code, r.stderr)
+		r := paystream.Run(t, nil, args...)
+		if r.Code == 0 || r.Stderr == "" {
+			t.Errorf("paystream %q: exit %d, stderr %q; want a usage error", args, r.Code, r.Stderr)
 		}
 	}
 }
@@ -296,11 +280,11 @@ func TestKafkaSettingsValidated(t *testing.T) {
 			t.Run(strings.Join(args[:1], "_"), func(t *testing.T) {
 				t.Parallel()
 				env := append([]string{"PAYSTREAM_KAFKA_BROKERS=127.0.0.1:1"}, s.env...)
-				r := paystream(t, env, args...)
-				if r.code != 1 || r.stderr != s.want {
-					t.Errorf("%s with %q: exit %d, stderr %q; want exit 1 and %q", strings.Join(args, " "), s.env, r.code, r.stderr, s.want)
+				r := paystream.Run(t, env, args...)
+				if r.Code != 1 || r.Stderr != s.want {
+					t.Errorf("%s with %q: exit %d, stderr %q; want exit 1 and %q", strings.Join(args, " "), s.env, r.Code, r.Stderr, s.want)
 				}
-				if strings.Contains(r.stdout+r.stderr, password) {
+				if strings.Contains(r.Stdout+r.Stderr, password) {
 					t.Errorf("%s printed the password", args[0])
 				}
 			})

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,9 +17,9 @@ import (
 // console exits at once, naming both, before it connects to anything.
 func TestConsoleRefusesToServeOpen(t *testing.T) {
 	t.Parallel()
-	r := paystream(t, nil, "console", "--database-url=postgres://127.0.0.1:1/none")
-	if r.code == 0 || !strings.Contains(r.stderr, "--auth-file") || !strings.Contains(r.stderr, "--auth-header") {
-		t.Errorf("console without auth: exit %d, stderr %q; want a failure naming --auth-file and --auth-header", r.code, r.stderr)
+	r := paystream.Run(t, nil, "console", "--database-url=postgres://127.0.0.1:1/none")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "--auth-file") || !strings.Contains(r.Stderr, "--auth-header") {
+		t.Errorf("console without auth: exit %d, stderr %q; want a failure naming --auth-file and --auth-header", r.Code, r.Stderr)
 	}
 }
 
@@ -38,20 +36,10 @@ func TestConsoleServes(t *testing.T) {
 	if err := os.WriteFile(users, []byte("ops:s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
+	addr := testenv.FreeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	cmd := exec.CommandContext(ctx, os.Args[0], "console", "--addr", addr)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, envRunMain+"=1", "PAYSTREAM_DATABASE_URL="+db.URL, "PAYSTREAM_CONSOLE_AUTH_FILE="+users)
+	cmd := paystream.Command(ctx, []string{"PAYSTREAM_DATABASE_URL=" + db.URL, "PAYSTREAM_CONSOLE_AUTH_FILE=" + users},
+		"console", "--addr", addr)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

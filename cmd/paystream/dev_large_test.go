@@ -6,10 +6,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -81,20 +79,10 @@ func devLargestBody(t *testing.T, env []string) {
 	if err := os.WriteFile(sources, []byte("sources:\n  - name: acme\n    driver: standardwebhooks\n    secrets: [\""+secret+"\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := testenv.FreeAddr(t)
 
-	cmd := exec.Command(os.Args[0], "dev", "--data-dir", filepath.Join(dir, "data"), "--sources", sources, "--http-addr", addr)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, envRunMain+"=1", "PAYSTREAM_DATABASE_URL="+db.URL), env...)
+	cmd := paystream.Command(context.Background(), append([]string{"PAYSTREAM_DATABASE_URL=" + db.URL}, env...),
+		"dev", "--data-dir", filepath.Join(dir, "data"), "--sources", sources, "--http-addr", addr)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

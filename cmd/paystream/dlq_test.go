@@ -56,15 +56,15 @@ func TestDLQCommands(t *testing.T) {
 	ok := func(args ...string) string {
 		t.Helper()
 		start := time.Now()
-		r := paystream(t, env, args...)
+		r := paystream.Run(t, env, args...)
 		t.Logf("paystream %.40s: %s", strings.Join(args, " "), time.Since(start))
-		if r.code != 0 {
-			t.Fatalf("paystream %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+		if r.Code != 0 {
+			t.Fatalf("paystream %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.Code, r.Stdout, r.Stderr)
 		}
-		if strings.Contains(r.stdout+r.stderr, dlqtest.HMACSecret) || strings.Contains(r.stdout+r.stderr, dlqtest.Secret) {
+		if strings.Contains(r.Stdout+r.Stderr, dlqtest.HMACSecret) || strings.Contains(r.Stdout+r.Stderr, dlqtest.Secret) {
 			t.Fatalf("paystream %s printed a source secret", strings.Join(args, " "))
 		}
-		return r.stdout
+		return r.Stdout
 	}
 
 	type item struct {
@@ -144,8 +144,8 @@ func TestDLQCommands(t *testing.T) {
 		return n
 	}
 
-	if r := paystream(t, env, "dlq", "replay", pos(gh), "--sources", stock); r.code == 0 || !strings.Contains(r.stderr, "still unprocessable") {
-		t.Errorf("replay with the stock sources: exit %d, stderr %s; want a failure saying it is still unprocessable", r.code, r.stderr)
+	if r := paystream.Run(t, env, "dlq", "replay", pos(gh), "--sources", stock); r.Code == 0 || !strings.Contains(r.Stderr, "still unprocessable") {
+		t.Errorf("replay with the stock sources: exit %d, stderr %s; want a failure saying it is still unprocessable", r.Code, r.Stderr)
 	}
 	if out := ok("dlq", "replay", pos(gh), "--sources", fixed, "--dry-run"); !strings.Contains(out, "dry run") || !strings.Contains(out, "gh:pay_gh_secretive") {
 		t.Errorf("dry run: %s", out)
@@ -159,8 +159,8 @@ func TestDLQCommands(t *testing.T) {
 	if n := rawCount(); n != 1 {
 		t.Fatalf("after the replay the raw topic has %d records, want 1", n)
 	}
-	if r := paystream(t, env, "dlq", "replay", pos(gh), "--sources", fixed); r.code == 0 || !strings.Contains(r.stderr, "already replayed") {
-		t.Errorf("second replay: exit %d, stderr %s; want a refusal", r.code, r.stderr)
+	if r := paystream.Run(t, env, "dlq", "replay", pos(gh), "--sources", fixed); r.Code == 0 || !strings.Contains(r.Stderr, "already replayed") {
+		t.Errorf("second replay: exit %d, stderr %s; want a refusal", r.Code, r.Stderr)
 	}
 	if n := rawCount(); n != 1 {
 		t.Errorf("after the refused second replay the raw topic has %d records, want 1", n)

@@ -41,11 +41,11 @@ func TestMigrateRefusesWALLevelReplica(t *testing.T) {
 		}
 	})
 
-	r := paystream(t, []string{"PAYSTREAM_DATABASE_URL=" + cluster.URL()}, "migrate")
-	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-	t.Logf("migrate on wal_level=replica: exit %d, stderr %q", r.code, r.stderr)
-	if r.code != 1 || len(lines) != 1 {
-		t.Fatalf("migrate: exit %d with %d stderr lines, want exit 1 and one line:\n%s", r.code, len(lines), r.stderr)
+	r := paystream.Run(t, []string{"PAYSTREAM_DATABASE_URL=" + cluster.URL()}, "migrate")
+	lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+	t.Logf("migrate on wal_level=replica: exit %d, stderr %q", r.Code, r.Stderr)
+	if r.Code != 1 || len(lines) != 1 {
+		t.Fatalf("migrate: exit %d with %d stderr lines, want exit 1 and one line:\n%s", r.Code, len(lines), r.Stderr)
 	}
 	for _, want := range []string{"wal_level = logical", "max_replication_slots", "max_wal_senders", "restart Postgres", "it has wal_level = replica"} {
 		if !strings.Contains(lines[0], want) {

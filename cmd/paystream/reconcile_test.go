@@ -14,9 +14,9 @@ import (
 // setting, before anything is dialed.
 func TestReconcileHelpAndErrors(t *testing.T) {
 	t.Parallel()
-	r := paystream(t, nil, "reconcile", "--help")
-	if r.code != 0 || !strings.Contains(r.stdout, "Example:") || !strings.Contains(r.stdout, "paystream reconcile --since") || !strings.Contains(r.stdout, "exits 3") {
-		t.Errorf("reconcile --help: exit %d, stdout:\n%s", r.code, r.stdout)
+	r := paystream.Run(t, nil, "reconcile", "--help")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "Example:") || !strings.Contains(r.Stdout, "paystream reconcile --since") || !strings.Contains(r.Stdout, "exits 3") {
+		t.Errorf("reconcile --help: exit %d, stdout:\n%s", r.Code, r.Stdout)
 	}
 	for _, c := range []struct {
 		env  []string
@@ -27,9 +27,9 @@ func TestReconcileHelpAndErrors(t *testing.T) {
 		{[]string{"PAYSTREAM_KAFKA_BROKERS=127.0.0.1:1"}, nil, "--database-url"},
 		{[]string{"PAYSTREAM_KAFKA_BROKERS=127.0.0.1:1"}, []string{"--gateway"}, "--gateway: no sources file"},
 	} {
-		r := paystream(t, c.env, append([]string{"reconcile"}, c.args...)...)
-		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("reconcile %v with %v: exit %d, stderr %q; want 1 naming %q", c.args, c.env, r.code, r.stderr, c.want)
+		r := paystream.Run(t, c.env, append([]string{"reconcile"}, c.args...)...)
+		if r.Code != 1 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("reconcile %v with %v: exit %d, stderr %q; want 1 naming %q", c.args, c.env, r.Code, r.Stderr, c.want)
 		}
 	}
 }

@@ -21,16 +21,16 @@ func TestRetentionMetricsFile(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "retention.prom")
 	env := []string{"PAYSTREAM_DATABASE_URL=" + db.URL}
 
-	if r := paystream(t, env, "retention", "--dry-run", "--metrics-file", file); r.code != 0 {
-		t.Fatalf("retention --dry-run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := paystream.Run(t, env, "retention", "--dry-run", "--metrics-file", file); r.Code != 0 {
+		t.Fatalf("retention --dry-run: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if _, err := os.Stat(file); !os.IsNotExist(err) {
 		t.Fatalf("a dry run wrote %s (%v)", file, err)
 	}
 	before := time.Now()
-	r := paystream(t, env, "retention", "--metrics-file", file)
-	if r.code != 0 {
-		t.Fatalf("retention: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	r := paystream.Run(t, env, "retention", "--metrics-file", file)
+	if r.Code != 0 {
+		t.Fatalf("retention: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {

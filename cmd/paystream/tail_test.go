@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -94,11 +93,11 @@ func TestTail(t *testing.T) {
 	t.Parallel()
 	env := tailFixture(t)
 
-	r := paystream(t, env, "tail", "--from-beginning", "--payment", "acme:pay_a", "--json", "--max", "3")
-	if r.code != 0 {
-		t.Fatalf("tail: exit %d\n%s", r.code, r.stderr)
+	r := paystream.Run(t, env, "tail", "--from-beginning", "--payment", "acme:pay_a", "--json", "--max", "3")
+	if r.Code != 0 {
+		t.Fatalf("tail: exit %d\n%s", r.Code, r.Stderr)
 	}
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	lines := strings.Split(strings.TrimSpace(r.Stdout), "\n")
 	var got []string
 	for _, l := range lines {
 		if err := schemas.Validate(schemas.PaymentState, []byte(l)); err != nil {
@@ -115,17 +114,17 @@ func TestTail(t *testing.T) {
 		t.Errorf("tail --payment acme:pay_a --json --max 3:\n got %q\nwant %q", got, want)
 	}
 
-	r = paystream(t, env, "tail", "--from-beginning", "--max", "4")
-	if r.code != 0 {
-		t.Fatalf("tail: exit %d\n%s", r.code, r.stderr)
+	r = paystream.Run(t, env, "tail", "--from-beginning", "--max", "4")
+	if r.Code != 0 {
+		t.Fatalf("tail: exit %d\n%s", r.Code, r.Stderr)
 	}
 	for _, want := range []string{"acme:pay_a  v2  pending → paid  capture 1050 BRL", "acme:pay_b  v1  ∅ → pending", "v3  paid → partially_refunded  refund 50 BRL"} {
-		if !strings.Contains(r.stdout, want) {
-			t.Errorf("tail output lacks %q:\n%s", want, r.stdout)
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("tail output lacks %q:\n%s", want, r.Stdout)
 		}
 	}
-	if strings.Contains(r.stdout, "→ refunded") {
-		t.Errorf("tail printed the aborted transaction's event:\n%s", r.stdout)
+	if strings.Contains(r.Stdout, "→ refunded") {
+		t.Errorf("tail printed the aborted transaction's event:\n%s", r.Stdout)
 	}
 }
 
@@ -136,13 +135,7 @@ func TestTailStopsOnInterrupt(t *testing.T) {
 	env := tailFixture(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "tail", "--from-beginning")
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "PAYSTREAM_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(append(cmd.Env, envRunMain+"=1"), env...)
+	cmd := paystream.Command(ctx, env, "tail", "--from-beginning")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

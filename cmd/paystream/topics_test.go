@@ -50,8 +50,8 @@ func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
 	env := []string{"PAYSTREAM_KAFKA_BROKERS=" + brokers, "PAYSTREAM_DATABASE_URL=" + db.URL,
 		"PAYSTREAM_RAW_TOPIC=" + raw, "PAYSTREAM_STATE_TOPIC=" + state, "PAYSTREAM_DLQ_TOPIC=" + dlq,
 		"PAYSTREAM_CHECKPOINT_TOPIC=" + ckpt}
-	if r := paystream(t, env, "migrate", "--partitions", "3", "--raw-retention", "240h"); r.code != 0 {
-		t.Fatalf("migrate: exit %d\n%s", r.code, r.stderr)
+	if r := paystream.Run(t, env, "migrate", "--partitions", "3", "--raw-retention", "240h"); r.Code != 0 {
+		t.Fatalf("migrate: exit %d\n%s", r.Code, r.Stderr)
 	}
 	rcs, err := adm.DescribeTopicConfigs(t.Context(), raw, dlq, ckpt)
 	if err != nil {
@@ -94,15 +94,15 @@ func TestMigrateTopicsAndProcessorPartitionCheck(t *testing.T) {
 		tds, err := adm.ListTopics(t.Context(), raw)
 		return err == nil && len(tds[raw].Partitions) == 4
 	}, "4 partitions in metadata")
-	r := paystream(t, env, "processor")
-	if r.code == 0 || !strings.Contains(r.stderr, "has 4 partitions, 3 were recorded") {
-		t.Fatalf("processor after adding a partition: exit %d, want a refusal naming both counts\n%s", r.code, r.stderr)
+	r := paystream.Run(t, env, "processor")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "has 4 partitions, 3 were recorded") {
+		t.Fatalf("processor after adding a partition: exit %d, want a refusal naming both counts\n%s", r.Code, r.Stderr)
 	}
-	if r := paystream(t, env, "migrate"); r.code == 0 || !strings.Contains(r.stderr, "partition count changed") {
-		t.Fatalf("migrate without --accept-partition-change: exit %d, want a refusal\n%s", r.code, r.stderr)
+	if r := paystream.Run(t, env, "migrate"); r.Code == 0 || !strings.Contains(r.Stderr, "partition count changed") {
+		t.Fatalf("migrate without --accept-partition-change: exit %d, want a refusal\n%s", r.Code, r.Stderr)
 	}
-	if r := paystream(t, env, "migrate", "--accept-partition-change"); r.code != 0 {
-		t.Fatalf("migrate --accept-partition-change: exit %d\n%s", r.code, r.stderr)
+	if r := paystream.Run(t, env, "migrate", "--accept-partition-change"); r.Code != 0 {
+		t.Fatalf("migrate --accept-partition-change: exit %d\n%s", r.Code, r.Stderr)
 	}
 	if err := db.Pool.QueryRow(t.Context(), `SELECT partitions FROM topic_layout WHERE topic = $1`, raw).Scan(&recorded); err != nil || recorded != 4 {
 		t.Fatalf("re-recorded partitions: %d, %v; want 4", recorded, err)

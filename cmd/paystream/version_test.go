@@ -52,11 +52,11 @@ func withoutEnv(names ...string) []string {
 
 func TestVersion(t *testing.T) {
 	t.Parallel()
-	r := paystream(t, nil, "version")
+	r := paystream.Run(t, nil, "version")
 	want := regexp.MustCompile(`^paystream \S+\nrevision \S+\ngo ` + regexp.QuoteMeta(runtime.Version()) + `\n$`)
-	if r.code != 0 || !want.MatchString(r.stdout) {
+	if r.Code != 0 || !want.MatchString(r.Stdout) {
 		t.Errorf("version: exit %d, stdout %q, stderr %q; want 0 and \"paystream VERSION\\nrevision COMMIT\\ngo %s\\n\"",
-			r.code, r.stdout, r.stderr, runtime.Version())
+			r.Code, r.Stdout, r.Stderr, runtime.Version())
 	}
 }
 
