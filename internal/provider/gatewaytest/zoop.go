@@ -2,6 +2,7 @@ package gatewaytest
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -105,6 +106,24 @@ func (z *Zoop) APIKey() string { return z.apiKey }
 
 // MarketplaceID is the marketplace the API serves.
 func (z *Zoop) MarketplaceID() string { return z.marketplace }
+
+// SourcesYAML is a sources file whose one source, zoop, takes webhooks
+// authenticated with secret and refetches from this API: its marketplace
+// as the account, its URL and API key, refetch_rate 1000 (no waiting in
+// tests) and refetch_timeout timeout ("2s").
+func (z *Zoop) SourcesYAML(secret, timeout string) string {
+	return fmt.Sprintf(`
+sources:
+  - name: zoop
+    driver: zoop
+    account: %s
+    secrets: [%q]
+    api_base_url: %s
+    api_token: %s
+    refetch_rate: 1000
+    refetch_timeout: %s
+`, z.marketplace, secret, z.URL(), z.apiKey, timeout)
+}
 
 // SetTransaction sets (or replaces) what the API answers for transaction
 // id. body is sent verbatim when it is a []byte, string or json.RawMessage,

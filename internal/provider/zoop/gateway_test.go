@@ -26,18 +26,7 @@ var seedFlag = flag.Uint64("zoop.seed", 0, "seed for TestLifecycleConverges (0: 
 // processor do, pointed at the fake API gw.
 func zoopSource(t *testing.T, gw *gatewaytest.Zoop, timeout string) *source.Source {
 	t.Helper()
-	yaml := fmt.Sprintf(`
-sources:
-  - name: zoop
-    driver: zoop
-    account: %s
-    secrets: [%q]
-    api_base_url: %s
-    api_token: %s
-    refetch_rate: 1000
-    refetch_timeout: %s
-`, gw.MarketplaceID(), oldSecret, gw.URL(), gw.APIKey(), timeout)
-	srcs, err := source.Parse([]byte(yaml), map[string]provider.Factory{"zoop": New})
+	srcs, err := source.Parse([]byte(gw.SourcesYAML(oldSecret, timeout)), map[string]provider.Factory{"zoop": New})
 	if err != nil {
 		t.Fatal(err)
 	}
