@@ -3,12 +3,10 @@ package examples
 import (
 	"bufio"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -34,7 +32,7 @@ func TestConnectFileSink(t *testing.T) {
 	worker := withProps(t, "connect/worker.properties", map[string]string{
 		"bootstrap.servers":            strings.Join(st.brokers, ","),
 		"offset.storage.file.filename": filepath.Join(dir, "offsets"),
-		"listeners":                    "http://127.0.0.1:" + strconv.Itoa(freePort(t)),
+		"listeners":                    "http://" + testenv.FreeAddr(t),
 	}, dir)
 	connector := withProps(t, "connect/state-to-file.properties", map[string]string{
 		"name":   testenv.Group(t), // the sink's consumer group is connect-<name>
@@ -98,25 +96,35 @@ func TestConnectFileSink(t *testing.T) {
 // directory.
 func connectLibs(t *testing.T) string {
 	t.Helper()
+	pom, err := os.ReadFile("connect/pom.xml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mavenCached(t, "connect/pom.xml", string(pom), "dependency:copy-dependencies", "outputDirectory", "libs")
+}
+
+// mavenCached runs the machine's Maven on pom (a path in examples/) with
+// goal, its output directory set by the property outProp to dir, once per
+// key and JDK, in the cache directory named after pom's directory, and
+// returns that output directory. Without a JDK or Maven the test is
+// skipped.
+func mavenCached(t *testing.T, pom, key, goal, outProp, dir string) string {
+	t.Helper()
 	jdk := toolOutput(t, "a JDK (17 or later)", "java", "-version")
 	toolOutput(t, "Maven", "mvn", "--version")
-	pom, err := filepath.Abs("connect/pom.xml")
+	pom, err := filepath.Abs(pom)
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := os.ReadFile(pom)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := cached(t, filepath.Join(cacheDir(t), "connect"), jdk+string(key), func(into string) error {
-		out, err := exec.CommandContext(t.Context(), "mvn", "-q", "-B", "-Dstyle.color=never", "-f", pom,
-			"dependency:copy-dependencies", "-DoutputDirectory="+filepath.Join(into, "libs")).CombinedOutput()
+	cache := cached(t, filepath.Join(cacheDir(t), filepath.Base(filepath.Dir(pom))), jdk+key, func(into string) error {
+		out, err := exec.CommandContext(t.Context(), "mvn", "-q", "-B", "-Dstyle.color=never", "-f", pom, goal,
+			"-D"+outProp+"="+filepath.Join(into, dir)).CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("mvn dependency:copy-dependencies (%s): %w\n%s", pom, err, tail(string(out), 3000))
+			return fmt.Errorf("mvn %s (%s): %w\n%s", goal, pom, err, tail(string(out), 3000))
 		}
 		return nil
 	})
-	return filepath.Join(dir, "libs")
+	return filepath.Join(cache, dir)
 }
 
 // withProps writes a copy of the properties file path into dir with the
@@ -171,15 +179,4 @@ func readLines(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	return lines
-}
-
-// freePort returns a TCP port on the loopback nobody listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

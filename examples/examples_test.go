@@ -270,6 +270,20 @@ func runExample(t *testing.T, cmd *exec.Cmd) summary {
 	return s
 }
 
+// runTwice runs the example that cmd makes for a consumer group twice in
+// one new group (runExample): the first run must report st.want, the
+// second nothing, the first having committed its offsets.
+func runTwice(t *testing.T, st stateTopic, cmd func(group string) *exec.Cmd) {
+	t.Helper()
+	group := testenv.Group(t)
+	if got := runExample(t, cmd(group)); got != st.want {
+		t.Errorf("first run: %+v, want %+v", got, st.want)
+	}
+	if got := runExample(t, cmd(group)); got != (summary{}) {
+		t.Errorf("second run of the group: %+v, want nothing read", got)
+	}
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return "…" + s[len(s)-n:]

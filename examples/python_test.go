@@ -6,8 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-
-	"github.com/paystream/paystream/internal/testenv"
 )
 
 // TestPythonConsumer runs examples/python/consumer.py (confluent-kafka,
@@ -20,19 +18,12 @@ func TestPythonConsumer(t *testing.T) {
 	t.Parallel()
 	site := pythonDeps(t)
 	st := publishState(t)
-	group := testenv.Group(t)
-	run := func() summary {
+	runTwice(t, st, func(group string) *exec.Cmd {
 		cmd := exec.CommandContext(t.Context(), "python3", "examples/python/consumer.py",
 			"--brokers", st.brokers[0], "--topic", st.topic, "--group", group, "--exit-at-end", "--quiet")
 		cmd.Env = append(os.Environ(), "PYTHONPATH="+site, "PYTHONNOUSERSITE=1", "PYTHONDONTWRITEBYTECODE=1")
-		return runExample(t, cmd)
-	}
-	if got := run(); got != st.want {
-		t.Errorf("first run: %+v, want %+v", got, st.want)
-	}
-	if got := run(); got != (summary{}) {
-		t.Errorf("second run of the group: %+v, want nothing read", got)
-	}
+		return cmd
+	})
 }
 
 // pythonDeps installs examples/python/requirements.txt with pip into the
