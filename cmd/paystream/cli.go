@@ -121,16 +121,18 @@ func (d dbFlags) pool(ctx context.Context) (*pgxpool.Pool, error) {
 func (d dbFlags) required() error { return cmdline.RequireDatabase(d.DatabaseURL) }
 
 // sizedPool is pool with at most maxConns connections, unless the URL sets
-// pool_max_conns itself (maxConns 0: pgx's default).
-func (d dbFlags) sizedPool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
+// pool_max_conns itself (maxConns 0: pgx's default), and opts applied to
+// its config.
+func (d dbFlags) sizedPool(ctx context.Context, maxConns int32, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	if err := d.required(); err != nil {
 		return nil, err
 	}
-	return openPool(ctx, d.DatabaseURL, func(cfg *pgxpool.Config) {
+	size := func(cfg *pgxpool.Config) {
 		if maxConns > 0 && !strings.Contains(d.DatabaseURL, "pool_max_conns") {
 			cfg.MaxConns = maxConns
 		}
-	})
+	}
+	return openPool(ctx, d.DatabaseURL, append([]func(*pgxpool.Config){size}, opts...)...)
 }
 
 // applicationName names this process's Postgres sessions (pg_stat_activity,

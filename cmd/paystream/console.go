@@ -79,12 +79,9 @@ func (c *consoleCmd) Run(ctx context.Context, e *env) error {
 	} else {
 		e.log.Warn("no --kafka-brokers: the console shows no lag, owners or DLQ")
 	}
-	pool, err := openPool(ctx, c.DatabaseURL, func(pc *pgxpool.Config) {
+	pool, err := c.sizedPool(ctx, c.DBMaxConns, func(pc *pgxpool.Config) {
 		// Every session read-only, whatever the role may do.
 		pc.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
-		if c.DBMaxConns > 0 && !strings.Contains(c.DatabaseURL, "pool_max_conns") {
-			pc.MaxConns = c.DBMaxConns
-		}
 	})
 	if err != nil {
 		return err
