@@ -132,64 +132,52 @@ func render(t *testing.T, dir string) *rendered {
 		kind := res.GetKind()
 		r.Kinds = append(r.Kinds, kind+"/"+res.GetName())
 		where := fmt.Sprintf("%s: %s %s", dir, kind, res.GetName())
-		decode := func(into any) {
-			if err := k8syaml.UnmarshalStrict(doc, into); err != nil {
-				t.Errorf("%s: %v", where, err)
-			}
-		}
 		switch kind {
 		case "Deployment":
-			var d appsv1.Deployment
-			decode(&d)
+			d := decodeAs[appsv1.Deployment](t, where, doc)
 			r.Workloads = append(r.Workloads, workload{kind, d.Name, d.Spec.Replicas, d.Spec.Template})
 		case "StatefulSet":
-			var s appsv1.StatefulSet
-			decode(&s)
+			s := decodeAs[appsv1.StatefulSet](t, where, doc)
 			r.Workloads = append(r.Workloads, workload{kind, s.Name, s.Spec.Replicas, s.Spec.Template})
 		case "Job":
-			var j batchv1.Job
-			decode(&j)
+			j := decodeAs[batchv1.Job](t, where, doc)
 			r.Workloads = append(r.Workloads, workload{kind, j.Name, nil, j.Spec.Template})
 		case "Service":
-			var s corev1.Service
-			decode(&s)
-			r.Services = append(r.Services, s)
+			r.Services = append(r.Services, decodeAs[corev1.Service](t, where, doc))
 		case "ConfigMap":
-			var c corev1.ConfigMap
-			decode(&c)
+			c := decodeAs[corev1.ConfigMap](t, where, doc)
 			r.ConfigMaps[c.Name] = c
 		case "Secret":
-			var s corev1.Secret
-			decode(&s)
+			s := decodeAs[corev1.Secret](t, where, doc)
 			r.Secrets[s.Name] = s
 		case "ServiceAccount":
-			var s corev1.ServiceAccount
-			decode(&s)
+			decodeAs[corev1.ServiceAccount](t, where, doc)
 		case "HorizontalPodAutoscaler":
-			var h autoscalingv2.HorizontalPodAutoscaler
-			decode(&h)
-			r.HPAs = append(r.HPAs, h)
+			r.HPAs = append(r.HPAs, decodeAs[autoscalingv2.HorizontalPodAutoscaler](t, where, doc))
 		case "PodDisruptionBudget":
-			var p policyv1.PodDisruptionBudget
-			decode(&p)
-			r.PDBs = append(r.PDBs, p)
+			r.PDBs = append(r.PDBs, decodeAs[policyv1.PodDisruptionBudget](t, where, doc))
 		case "NetworkPolicy":
-			var n networkingv1.NetworkPolicy
-			decode(&n)
-			r.NetworkPolicies = append(r.NetworkPolicies, n)
+			r.NetworkPolicies = append(r.NetworkPolicies, decodeAs[networkingv1.NetworkPolicy](t, where, doc))
 		case "ScaledObject":
-			var s scaledObject
-			decode(&s)
-			r.ScaledObjects = append(r.ScaledObjects, s)
+			r.ScaledObjects = append(r.ScaledObjects, decodeAs[scaledObject](t, where, doc))
 		case "ServiceMonitor":
-			var s serviceMonitor
-			decode(&s)
-			r.ServiceMonitors = append(r.ServiceMonitors, s)
+			r.ServiceMonitors = append(r.ServiceMonitors, decodeAs[serviceMonitor](t, where, doc))
 		default:
 			t.Errorf("%s: no check knows this kind; add it to render", where)
 		}
 	}
 	return r
+}
+
+// decodeAs decodes doc strictly as a T: a field T does not have fails the
+// test, naming the object (where).
+func decodeAs[T any](t *testing.T, where string, doc []byte) T {
+	t.Helper()
+	var v T
+	if err := k8syaml.UnmarshalStrict(doc, &v); err != nil {
+		t.Errorf("%s: %v", where, err)
+	}
+	return v
 }
 
 // workload returns the workload running the given paystream command.
