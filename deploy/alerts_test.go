@@ -40,15 +40,27 @@ func parseRules(t *testing.T, where string, b []byte) *rulefmt.RuleGroups {
 	return groups
 }
 
+// alertRules returns the alerting rules of groups in order, recording
+// rules left out, each pointing into groups so that a caller may edit it.
+func alertRules(groups *rulefmt.RuleGroups) []*rulefmt.Rule {
+	var out []*rulefmt.Rule
+	for i := range groups.Groups {
+		for j := range groups.Groups[i].Rules {
+			if r := &groups.Groups[i].Rules[j]; r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
 // alertRule returns the alert named name of the rules file.
 func alertRule(t *testing.T, name string) rulefmt.Rule {
 	t.Helper()
 	groups, _ := ruleQueries(t)
-	for _, g := range groups.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == name {
-				return r
-			}
+	for _, r := range alertRules(groups) {
+		if r.Alert == name {
+			return *r
 		}
 	}
 	t.Fatalf("%s: no alert %s", alertsFile, name)
@@ -71,18 +83,15 @@ func TestAlertRulesRunbookBase(t *testing.T) {
 			t.Fatalf("AlertRules(%q): %v", base, err)
 		}
 		got := parseRules(t, "AlertRules("+base+")", out)
-		alerts := 0
-		for i, g := range got.Groups {
-			for j, r := range g.Rules {
-				if r.Alert == "" {
-					continue
-				}
-				alerts++
-				if url, want := r.Annotations["runbook_url"], base+"#"+strings.ToLower(r.Alert); url != want {
-					t.Errorf("AlertRules(%q): %s runbook_url %q, want %q", base, r.Alert, url, want)
-				}
-				got.Groups[i].Rules[j].Annotations["runbook_url"] = want.Groups[i].Rules[j].Annotations["runbook_url"]
+		alerts, wantAlerts := alertRules(got), alertRules(want)
+		if len(alerts) != len(wantAlerts) {
+			t.Fatalf("AlertRules(%q): %d alerts, the file %d", base, len(alerts), len(wantAlerts))
+		}
+		for i, r := range alerts {
+			if url, want := r.Annotations["runbook_url"], base+"#"+strings.ToLower(r.Alert); url != want {
+				t.Errorf("AlertRules(%q): %s runbook_url %q, want %q", base, r.Alert, url, want)
 			}
+			r.Annotations["runbook_url"] = wantAlerts[i].Annotations["runbook_url"]
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("AlertRules(%q) changed more than the runbook links", base)
@@ -90,7 +99,7 @@ func TestAlertRulesRunbookBase(t *testing.T) {
 		if n := bytes.Count(out, []byte("\n")); n != bytes.Count(file, []byte("\n")) {
 			t.Errorf("AlertRules(%q): %d lines, the file %d", base, n, bytes.Count(file, []byte("\n")))
 		}
-		t.Logf("AlertRules(%q): %d alerts linked", base, alerts)
+		t.Logf("AlertRules(%q): %d alerts linked", base, len(alerts))
 	}
 	for _, base := range []string{"", "docs/operations.md", "ftp://example.com/ops", "https:///ops", "https://example.com/ops#top", "https://example.com/my ops", `https://example.com/"ops"`} {
 		if _, err := deploy.AlertRules(base); err == nil {

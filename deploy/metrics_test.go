@@ -360,30 +360,24 @@ func TestAlertRulesAndDashboard(t *testing.T) {
 	t.Parallel()
 	groups, rules := ruleQueries(t)
 	anchors := githubAnchors(t, runbookFile)
-	alerts := 0
-	for _, g := range groups.Groups {
-		for _, r := range g.Rules {
-			if r.Alert == "" {
-				continue
-			}
-			alerts++
-			if s := r.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
-				t.Errorf("%s: severity %q, want critical, warning or info", r.Alert, s)
-			}
-			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
-				t.Errorf("%s: no summary or description", r.Alert)
-			}
-			want := deploy.RunbookBaseURL + "#" + strings.ToLower(r.Alert)
-			if got := r.Annotations["runbook_url"]; got != want {
-				t.Errorf("%s: runbook_url %q, want %q (a link an operator can click)", r.Alert, got, want)
-			}
-			if !anchors[strings.ToLower(r.Alert)] {
-				t.Errorf("%s: docs/operations.md has no section %q", r.Alert, r.Alert)
-			}
+	alerts := alertRules(groups)
+	for _, r := range alerts {
+		if s := r.Labels["severity"]; !slices.Contains([]string{"critical", "warning", "info"}, s) {
+			t.Errorf("%s: severity %q, want critical, warning or info", r.Alert, s)
+		}
+		if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+			t.Errorf("%s: no summary or description", r.Alert)
+		}
+		want := deploy.RunbookBaseURL + "#" + strings.ToLower(r.Alert)
+		if got := r.Annotations["runbook_url"]; got != want {
+			t.Errorf("%s: runbook_url %q, want %q (a link an operator can click)", r.Alert, got, want)
+		}
+		if !anchors[strings.ToLower(r.Alert)] {
+			t.Errorf("%s: docs/operations.md has no section %q", r.Alert, r.Alert)
 		}
 	}
 	panels := dashboardQueries(t)
-	t.Logf("%d alerts, %d dashboard queries", alerts, len(panels))
+	t.Logf("%d alerts, %d dashboard queries", len(alerts), len(panels))
 
 	declared := declaredSeries(declaredFamilies(t))
 	used := uses(t, append(rules, panels...))
