@@ -177,6 +177,7 @@ func uses(t *testing.T, qs []query) []use {
 // family is a metric as the Go code declares it.
 type family struct {
 	name   string
+	help   string
 	kind   string // counter, gauge, histogram, summary
 	labels []string
 	vec    bool
@@ -195,20 +196,40 @@ func (f family) series() map[string][]string {
 	return map[string][]string{f.name: f.labels}
 }
 
-var constructors = map[string]struct {
-	kind string
-	vec  bool
-}{
-	"NewCounter": {"counter", false}, "NewCounterVec": {"counter", true},
-	"NewGauge": {"gauge", false}, "NewGaugeVec": {"gauge", true},
-	"NewHistogram": {"histogram", false}, "NewHistogramVec": {"histogram", true},
-	"NewSummary": {"summary", false}, "NewSummaryVec": {"summary", true},
+// constructor is a function that declares a metric: its type, and for the
+// helpers of internal/metric, which argument is the first label.
+type constructor struct {
+	kind       string
+	vec        bool
+	firstLabel int
+}
+
+// constructors are prometheus' New* functions, whose first argument is the
+// options literal and second (vectors) the label list.
+var constructors = map[string]constructor{
+	"NewCounter": {kind: "counter"}, "NewCounterVec": {kind: "counter", vec: true},
+	"NewGauge": {kind: "gauge"}, "NewGaugeVec": {kind: "gauge", vec: true}, "NewGaugeFunc": {kind: "gauge"},
+	"NewHistogram": {kind: "histogram"}, "NewHistogramVec": {kind: "histogram", vec: true},
+	"NewSummary": {kind: "summary"}, "NewSummaryVec": {kind: "summary", vec: true},
+}
+
+// metricPkg is the package most paystream metrics are declared with.
+const metricPkg = "github.com/paystream/paystream/internal/metric"
+
+// helpers are metricPkg's constructors: metric.Counter(r, name, help),
+// metric.CounterVec(r, name, help, labels...), metric.Histogram(r, name,
+// help, buckets), metric.HistogramVec(r, name, help, buckets, labels...), ...
+var helpers = map[string]constructor{
+	"Counter": {kind: "counter"}, "CounterVec": {kind: "counter", vec: true, firstLabel: 3},
+	"Gauge": {kind: "gauge"}, "GaugeVec": {kind: "gauge", vec: true, firstLabel: 3}, "GaugeFunc": {kind: "gauge"},
+	"Histogram": {kind: "histogram"}, "HistogramVec": {kind: "histogram", vec: true, firstLabel: 4},
 }
 
 // declaredFamilies reads the module's Go code (tests excluded) and returns
-// every paystream_* metric it declares with prometheus.New*: name, type and
-// label names. A declaration the parser cannot read literally fails the
-// test, so a new metric cannot slip past the checks.
+// every paystream_* metric it declares with prometheus.New* or the helpers
+// of internal/metric: name, help, type and label names. A declaration the
+// parser cannot read literally fails the test, so a new metric cannot slip
+// past the checks.
 func declaredFamilies(t *testing.T) map[string]family {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -230,6 +251,10 @@ func declaredFamilies(t *testing.T) map[string]family {
 		if err != nil {
 			return err
 		}
+		// internal/metric itself calls prometheus.New* with its
+		// parameters; its callers' literals are read instead.
+		inMetricPkg := filepath.Dir(path) == filepath.Join(repoRoot, "internal", "metric")
+		helperPkg := importName(file, metricPkg)
 		ast.Inspect(file, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
@@ -239,42 +264,30 @@ func declaredFamilies(t *testing.T) map[string]family {
 			if !ok {
 				return true
 			}
-			if pkg, ok := sel.X.(*ast.Ident); !ok || pkg.Name != "prometheus" {
-				return true
-			}
-			ctor, ok := constructors[sel.Sel.Name]
-			if !ok || len(call.Args) == 0 {
+			pkg, ok := sel.X.(*ast.Ident)
+			if !ok {
 				return true
 			}
 			pos := fset.Position(call.Pos()).String()
-			f := family{kind: ctor.kind, vec: ctor.vec, pos: pos}
-			opts, ok := call.Args[0].(*ast.CompositeLit)
-			if !ok {
-				t.Errorf("%s: prometheus.%s with options that are not a literal: teach declaredFamilies to read it", pos, sel.Sel.Name)
+			var f family
+			switch {
+			case pkg.Name == "prometheus" && !inMetricPkg:
+				ctor, ok := constructors[sel.Sel.Name]
+				if !ok || len(call.Args) == 0 {
+					return true
+				}
+				f = prometheusFamily(t, pos, ctor, call)
+			case helperPkg != "" && pkg.Name == helperPkg:
+				ctor, ok := helpers[sel.Sel.Name]
+				if !ok {
+					return true
+				}
+				f = helperFamily(pos, ctor, call)
+			default:
 				return true
 			}
-			for _, el := range opts.Elts {
-				kv, ok := el.(*ast.KeyValueExpr)
-				if !ok {
-					continue
-				}
-				switch key := kv.Key.(*ast.Ident); {
-				case key == nil:
-				case key.Name == "Name":
-					f.name = stringLit(kv.Value)
-				case key.Name == "Namespace" || key.Name == "Subsystem":
-					t.Errorf("%s: metric declared with %s: teach declaredFamilies to join it", pos, key.Name)
-				}
-			}
-			if ctor.vec && len(call.Args) > 1 {
-				if lbls, ok := call.Args[1].(*ast.CompositeLit); ok {
-					for _, el := range lbls.Elts {
-						f.labels = append(f.labels, stringLit(el))
-					}
-				}
-			}
-			if f.name == "" || slices.Contains(f.labels, "") {
-				t.Errorf("%s: prometheus.%s whose name or labels are not string literals: teach declaredFamilies to read it", pos, sel.Sel.Name)
+			if f.name == "" || f.help == "" || slices.Contains(f.labels, "") {
+				t.Errorf("%s: %s.%s whose name, help or labels are not string literals: teach declaredFamilies to read it", pos, pkg.Name, sel.Sel.Name)
 				return true
 			}
 			if prev, ok := out[f.name]; ok && prev.kind != f.kind {
@@ -292,6 +305,77 @@ func declaredFamilies(t *testing.T) map[string]family {
 		t.Fatal("no metric declared in the Go code: declaredFamilies is broken")
 	}
 	return out
+}
+
+// importName returns the name file refers to the package at path by, or
+// "" if it does not import it.
+func importName(file *ast.File, path string) string {
+	for _, imp := range file.Imports {
+		if p, err := strconv.Unquote(imp.Path.Value); err != nil || p != path {
+			continue
+		}
+		if imp.Name != nil {
+			return imp.Name.Name
+		}
+		return path[strings.LastIndex(path, "/")+1:]
+	}
+	return ""
+}
+
+// prometheusFamily reads a prometheus.New* call: the name and help of its
+// options literal, and a vector's label list. Options that are not a
+// literal leave the name "", which the caller reports.
+func prometheusFamily(t *testing.T, pos string, ctor constructor, call *ast.CallExpr) family {
+	t.Helper()
+	f := family{kind: ctor.kind, vec: ctor.vec, pos: pos}
+	opts, ok := call.Args[0].(*ast.CompositeLit)
+	if !ok {
+		return f
+	}
+	for _, el := range opts.Elts {
+		kv, ok := el.(*ast.KeyValueExpr)
+		if !ok {
+			continue
+		}
+		switch key := kv.Key.(*ast.Ident); {
+		case key == nil:
+		case key.Name == "Name":
+			f.name = stringLit(kv.Value)
+		case key.Name == "Help":
+			f.help = stringLit(kv.Value)
+		case key.Name == "Namespace" || key.Name == "Subsystem":
+			t.Errorf("%s: metric declared with %s: teach declaredFamilies to join it", pos, key.Name)
+		}
+	}
+	if ctor.vec && len(call.Args) > 1 {
+		if lbls, ok := call.Args[1].(*ast.CompositeLit); ok {
+			for _, el := range lbls.Elts {
+				f.labels = append(f.labels, stringLit(el))
+			}
+		}
+	}
+	return f
+}
+
+// helperFamily reads a call of an internal/metric helper: name and help
+// are its second and third arguments, and a vector's labels the arguments
+// from firstLabel on. A label list passed as labels... is not read: it
+// leaves a label "", which the caller reports.
+func helperFamily(pos string, ctor constructor, call *ast.CallExpr) family {
+	f := family{kind: ctor.kind, vec: ctor.vec, pos: pos}
+	if len(call.Args) < 3 {
+		return f
+	}
+	f.name, f.help = stringLit(call.Args[1]), stringLit(call.Args[2])
+	if ctor.vec {
+		if call.Ellipsis.IsValid() {
+			f.labels = append(f.labels, "")
+		}
+		for _, el := range call.Args[min(ctor.firstLabel, len(call.Args)):] {
+			f.labels = append(f.labels, stringLit(el))
+		}
+	}
+	return f
 }
 
 func stringLit(e ast.Expr) string {

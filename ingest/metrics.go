@@ -1,9 +1,9 @@
 package ingest
 
 import (
-	"fmt"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paystream/paystream/internal/metric"
 )
 
 // outcome is a request's outcome, the "outcome" label of
@@ -76,58 +76,41 @@ type metrics struct {
 // newMetrics registers ingest's metrics on reg; buffered reports the body
 // bytes held (paystream_ingest_buffered_body_bytes).
 func newMetrics(reg prometheus.Registerer, buffered func() float64) (*metrics, error) {
+	r := metric.New(reg, "ingest")
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_ingest_requests_total",
-			Help: "Webhook requests by source and outcome (accepted, dead_lettered, irrelevant, unauthorized, unknown_source, too_large, bad_request, unavailable, overloaded, client_gone, timeout).",
-		}, []string{"source", "outcome"}),
-		signatureFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_ingest_signature_failures_total",
-			Help: "Webhooks rejected as not authentic, by source and reason.",
-		}, []string{"source", "reason"}),
-		produceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_ingest_produce_seconds",
-			Help:    "Time from produce to the broker's acknowledgement.",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}),
-		bodyBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_ingest_body_bytes",
-			Help:    "Webhook body sizes.",
-			Buckets: prometheus.ExponentialBuckets(64, 4, 9),
-		}),
-		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_ingest_in_flight_requests",
-			Help: "Webhook requests whose body is in, being verified or waiting for the broker (at most --max-in-flight).",
-		}),
-		reading: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_ingest_reading_requests",
-			Help: "Webhook requests whose body is arriving (on fasthttp: past its first 8 KiB).",
-		}),
-		overloaded: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_ingest_overload_rejections_total",
-			Help: "Webhook requests answered 503 because a cap was reached, by cap: in_flight (once the body was in), body_bytes (as it arrived).",
-		}, []string{"limit"}),
-		connsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_ingest_connections_open",
-			Help: "Connections open on the webhook listener (at most --max-conns).",
-		}),
+		requests: metric.CounterVec(r, "paystream_ingest_requests_total",
+			"Webhook requests by source and outcome (accepted, dead_lettered, irrelevant, unauthorized, unknown_source, too_large, bad_request, unavailable, overloaded, client_gone, timeout).",
+			"source", "outcome"),
+		signatureFailures: metric.CounterVec(r, "paystream_ingest_signature_failures_total",
+			"Webhooks rejected as not authentic, by source and reason.",
+			"source", "reason"),
+		produceSeconds: metric.Histogram(r, "paystream_ingest_produce_seconds",
+			"Time from produce to the broker's acknowledgement.",
+			prometheus.ExponentialBuckets(0.0005, 2, 16)),
+		bodyBytes: metric.Histogram(r, "paystream_ingest_body_bytes",
+			"Webhook body sizes.",
+			prometheus.ExponentialBuckets(64, 4, 9)),
+		inFlight: metric.Gauge(r, "paystream_ingest_in_flight_requests",
+			"Webhook requests whose body is in, being verified or waiting for the broker (at most --max-in-flight)."),
+		overloaded: metric.CounterVec(r, "paystream_ingest_overload_rejections_total",
+			"Webhook requests answered 503 because a cap was reached, by cap: in_flight (once the body was in), body_bytes (as it arrived).",
+			"limit"),
+		connsOpen: metric.Gauge(r, "paystream_ingest_connections_open",
+			"Connections open on the webhook listener (at most --max-conns)."),
+		reading: metric.Gauge(r, "paystream_ingest_reading_requests",
+			"Webhook requests whose body is arriving (on fasthttp: past its first 8 KiB)."),
 	}
-	bufferedBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "paystream_ingest_buffered_body_bytes",
-		Help: "Body bytes the requests in flight hold, charged against --max-buffered-body-bytes as they arrive.",
-	}, buffered)
-	atLimit := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "paystream_ingest_connections_at_limit_total",
-		Help: "New connections that found --max-conns open, by action: closed_idle (the longest-waiting connection was closed to make room), refused (every connection was serving a request: answered 503 and closed).",
-	}, []string{"action"})
+	metric.GaugeFunc(r, "paystream_ingest_buffered_body_bytes",
+		"Body bytes the requests in flight hold, charged against --max-buffered-body-bytes as they arrive.",
+		buffered)
+	atLimit := metric.CounterVec(r, "paystream_ingest_connections_at_limit_total",
+		"New connections that found --max-conns open, by action: closed_idle (the longest-waiting connection was closed to make room), refused (every connection was serving a request: answered 503 and closed).",
+		"action")
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
 	for a, name := range connActionNames {
 		m.connsAtLimit[a] = atLimit.WithLabelValues(name)
-	}
-	for _, c := range []prometheus.Collector{m.requests, m.signatureFailures, m.produceSeconds, m.bodyBytes, m.inFlight, m.overloaded,
-		m.connsOpen, m.reading, bufferedBytes, atLimit} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register ingest metrics: %w", err)
-		}
 	}
 	m.requests.WithLabelValues("unknown", outcomeUnknownSource)
 	m.overloaded.WithLabelValues(limitInFlight)

@@ -2,13 +2,13 @@ package processor
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paystream/paystream/internal/metric"
 	"github.com/paystream/paystream/internal/store"
 )
 
@@ -38,91 +38,55 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := metric.New(reg, "processor")
 	m := &metrics{
-		events: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_processor_events_total",
-			Help: "Inbox outcomes by source, outcome (processed, ignored, deferred, quarantined) and reason.",
-		}, []string{"source", "outcome", "reason"}),
-		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_processor_batch_records",
-			Help:    "Records per committed batch: one partition's records, in a transaction alone or shared with other partitions' batches.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
-		}),
-		transactionBatches: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_processor_transaction_batches",
-			Help:    "Batches, each one partition's, per committed batch transaction (batches ready while every transaction is busy share the next one; see --transactions).",
-			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64},
-		}),
-		txSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_processor_transaction_seconds",
-			Help:    "Time from a batch's start to its commit, including any wait for a transaction to share.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
-		}),
-		batchRetries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_processor_batch_retries_total",
-			Help: "Batch transactions that failed transiently and were retried.",
-		}),
-		batchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_processor_batch_failures_total",
-			Help: "Failed batch transactions, by class (contention, connection, timeout, permission, missing_object, resources, poison, other). Anything but poison stalls the partition until the batch commits.",
-		}, []string{"class"}),
-		fenced: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_processor_fenced_total",
-			Help: "Batch commits refused because a newer owner claimed the partition.",
-		}),
-		slowBatches: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_processor_poison_batches_total",
-			Help: "Batches that held a poisonous record and were re-applied record by record.",
-		}),
-		refetches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_processor_refetches_total",
-			Help: "Payments read back from a gateway API, by source and outcome (ok, error, breaker_open, rate_limited).",
-		}, []string{"source", "outcome"}),
-		refetchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "paystream_processor_refetch_seconds",
-			Help:    "Latency of gateway API refetches.",
-			Buckets: prometheus.ExponentialBuckets(0.005, 2, 12),
-		}),
-		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_processor_fetch_errors_total",
-			Help: "Kafka fetch errors.",
-		}),
-		offsetCopyFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_processor_offset_copy_failures_total",
-			Help: "Partitions whose stored offset could not be copied to the group's Kafka offsets (lag tools then see stale offsets until the next copy).",
-		}),
-		partitionEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_processor_partition_events_total",
-			Help: "Partitions assigned to this processor, revoked from it in a rebalance, and lost (this member was evicted from the group).",
-		}, []string{"event"}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "paystream_processor_lag_records",
-			Help: "Records between the partition's offset stored in Postgres and the broker's high watermark (refreshed every offset copy interval, also while the database is down).",
-		}, []string{"partition"}),
-		deferred: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_processor_deferred_events",
-			Help: "Inbox events waiting for a predecessor or a held payment's replay.",
-		}),
-		overdue: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_processor_deferred_overdue_events",
-			Help: "Deferred events older than the deferred window: their predecessor never came; review or refetch them.",
-		}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_processor_held_payments",
-			Help: "Payments held after a quarantined event, waiting for paystream replay.",
-		}),
-		quarantined: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_processor_quarantined_events",
-			Help: "Inbox events quarantined and not yet replayed.",
-		}),
+		events: metric.CounterVec(r, "paystream_processor_events_total",
+			"Inbox outcomes by source, outcome (processed, ignored, deferred, quarantined) and reason.",
+			"source", "outcome", "reason"),
+		batchRecords: metric.Histogram(r, "paystream_processor_batch_records",
+			"Records per committed batch: one partition's records, in a transaction alone or shared with other partitions' batches.",
+			prometheus.ExponentialBuckets(1, 2, 12)),
+		transactionBatches: metric.Histogram(r, "paystream_processor_transaction_batches",
+			"Batches, each one partition's, per committed batch transaction (batches ready while every transaction is busy share the next one; see --transactions).",
+			[]float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64}),
+		txSeconds: metric.Histogram(r, "paystream_processor_transaction_seconds",
+			"Time from a batch's start to its commit, including any wait for a transaction to share.",
+			prometheus.ExponentialBuckets(0.001, 2, 14)),
+		batchRetries: metric.Counter(r, "paystream_processor_batch_retries_total",
+			"Batch transactions that failed transiently and were retried."),
+		batchFailures: metric.CounterVec(r, "paystream_processor_batch_failures_total",
+			"Failed batch transactions, by class (contention, connection, timeout, permission, missing_object, resources, poison, other). Anything but poison stalls the partition until the batch commits.",
+			"class"),
+		fenced: metric.Counter(r, "paystream_processor_fenced_total",
+			"Batch commits refused because a newer owner claimed the partition."),
+		slowBatches: metric.Counter(r, "paystream_processor_poison_batches_total",
+			"Batches that held a poisonous record and were re-applied record by record."),
+		fetchErrors: metric.Counter(r, "paystream_processor_fetch_errors_total",
+			"Kafka fetch errors."),
+		offsetCopyFailures: metric.Counter(r, "paystream_processor_offset_copy_failures_total",
+			"Partitions whose stored offset could not be copied to the group's Kafka offsets (lag tools then see stale offsets until the next copy)."),
+		partitionEvents: metric.CounterVec(r, "paystream_processor_partition_events_total",
+			"Partitions assigned to this processor, revoked from it in a rebalance, and lost (this member was evicted from the group).",
+			"event"),
+		refetches: metric.CounterVec(r, "paystream_processor_refetches_total",
+			"Payments read back from a gateway API, by source and outcome (ok, error, breaker_open, rate_limited).",
+			"source", "outcome"),
+		refetchSeconds: metric.Histogram(r, "paystream_processor_refetch_seconds",
+			"Latency of gateway API refetches.",
+			prometheus.ExponentialBuckets(0.005, 2, 12)),
+		lag: metric.GaugeVec(r, "paystream_processor_lag_records",
+			"Records between the partition's offset stored in Postgres and the broker's high watermark (refreshed every offset copy interval, also while the database is down).",
+			"partition"),
+		deferred: metric.Gauge(r, "paystream_processor_deferred_events",
+			"Inbox events waiting for a predecessor or a held payment's replay."),
+		overdue: metric.Gauge(r, "paystream_processor_deferred_overdue_events",
+			"Deferred events older than the deferred window: their predecessor never came; review or refetch them."),
+		held: metric.Gauge(r, "paystream_processor_held_payments",
+			"Payments held after a quarantined event, waiting for paystream replay."),
+		quarantined: metric.Gauge(r, "paystream_processor_quarantined_events",
+			"Inbox events quarantined and not yet replayed."),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.batchRecords, m.transactionBatches, m.txSeconds, m.batchRetries, m.batchFailures, m.fenced, m.slowBatches,
-		m.fetchErrors, m.offsetCopyFailures, m.partitionEvents, m.refetches, m.refetchSeconds, m.lag, m.deferred, m.overdue, m.held, m.quarantined} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register processor metrics: %w", err)
-		}
-	}
-	return m, nil
+	return metric.Registered(r, m)
 }
 
 // observeLoop refreshes the gauges that come from Postgres every 15 s.

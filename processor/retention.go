@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/paystream/paystream/internal/metric"
 	"github.com/paystream/paystream/internal/store"
 )
 
@@ -66,22 +67,14 @@ type RetentionMetrics struct {
 
 // NewRetentionMetrics registers retention's metrics on reg.
 func NewRetentionMetrics(reg prometheus.Registerer) (*RetentionMetrics, error) {
+	r := metric.New(reg, "retention")
 	m := &RetentionMetrics{
-		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "paystream_retention_last_success_timestamp_seconds",
-			Help: "When this process last ran retention to the end without an error (Unix seconds); 0 until it has.",
-		}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "paystream_retention_failures_total",
-			Help: "Retention runs that failed in a step (partition creation, drop, expired rows); the other steps still ran.",
-		}),
+		lastSuccess: metric.Gauge(r, "paystream_retention_last_success_timestamp_seconds",
+			"When this process last ran retention to the end without an error (Unix seconds); 0 until it has."),
+		failures: metric.Counter(r, "paystream_retention_failures_total",
+			"Retention runs that failed in a step (partition creation, drop, expired rows); the other steps still ran."),
 	}
-	for _, c := range []prometheus.Collector{m.lastSuccess, m.failures} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register retention metrics: %w", err)
-		}
-	}
-	return m, nil
+	return metric.Registered(r, m)
 }
 
 // withDefaults returns c with each field left at its zero value set to

@@ -1,10 +1,11 @@
 package console
 
 import (
-	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/paystream/paystream/internal/metric"
 )
 
 // metrics are the console's: how often each page is asked for, how it was
@@ -15,23 +16,16 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	r := metric.New(reg, "console")
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "paystream_console_requests_total",
-			Help: "Console requests by page (search, payment, stuck, health, ...) and HTTP status code; 401 counts refused credentials.",
-		}, []string{"page", "code"}),
-		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "paystream_console_request_duration_seconds",
-			Help:    "Time to answer a console page, its database and Kafka reads included.",
-			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"page"}),
+		requests: metric.CounterVec(r, "paystream_console_requests_total",
+			"Console requests by page (search, payment, stuck, health, ...) and HTTP status code; 401 counts refused credentials.",
+			"page", "code"),
+		duration: metric.HistogramVec(r, "paystream_console_request_duration_seconds",
+			"Time to answer a console page, its database and Kafka reads included.",
+			[]float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}, "page"),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("register console metrics: %w", err)
-		}
-	}
-	return m, nil
+	return metric.Registered(r, m)
 }
 
 func (m *metrics) observe(page string, code int, seconds float64) {
