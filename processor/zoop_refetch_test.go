@@ -44,17 +44,7 @@ func startZoopPipeline(t *testing.T, timeout string) *zoopPipeline {
 	z := &zoopPipeline{t: t, ctx: context.Background(), db: testenv.NewDB(t), topic: testenv.Topic(t, "raw", 2),
 		gw: gatewaytest.NewZoop(t), reg: prometheus.NewRegistry()}
 	brokers := testenv.Kafka(t)
-	yaml := fmt.Sprintf(`
-sources:
-  - name: zoop
-    driver: zoop
-    account: %s
-    secrets: [%q]
-    api_base_url: %s
-    api_token: %s
-    refetch_rate: 1000
-    refetch_timeout: %s
-`, z.gw.MarketplaceID(), zoopCredential, z.gw.URL(), z.gw.APIKey(), timeout)
+	yaml := z.gw.SourcesYAML(zoopCredential, timeout)
 	srcs, err := source.Parse([]byte(yaml), map[string]provider.Factory{"zoop": zoop.New})
 	if err != nil {
 		t.Fatal(err)
