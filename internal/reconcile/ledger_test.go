@@ -25,8 +25,8 @@ func stored(t *testing.T, facts ...payment.Fact) (store.PaymentRow, map[ledger.K
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := store.PaymentRow{PaymentKey: "acme:p", Status: string(r.State.Status), Version: r.State.Version,
-		AmountMinor: r.State.AmountMinor, Currency: r.State.Currency, State: st}
+	row := store.PaymentRow{PaymentHead: store.PaymentHead{PaymentKey: "acme:p", Status: string(r.State.Status),
+		Version: r.State.Version, AmountMinor: r.State.AmountMinor, Currency: r.State.Currency}, State: st}
 	return row, ledger.Balances(journals...), store.TransitionSpan{Count: int64(len(r.Transitions)), MaxVersion: r.State.Version}
 }
 

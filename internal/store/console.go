@@ -102,14 +102,7 @@ func Search(ctx context.Context, db DB, q string, limit int) ([]SearchHit, error
 
 // PaymentSummary is a payment's row as the console shows it.
 type PaymentSummary struct {
-	PaymentKey  string
-	Source      string
-	PaymentID   string
-	Status      string
-	Version     int64
-	AmountMinor int64
-	Currency    string
-	Held        bool
+	PaymentHead
 	HeldReason  string
 	LastEventAt *time.Time
 	CreatedAt   time.Time
@@ -120,11 +113,9 @@ type PaymentSummary struct {
 func LoadPaymentSummary(ctx context.Context, db DB, paymentKey string) (PaymentSummary, error) {
 	var p PaymentSummary
 	err := db.QueryRow(ctx, `
-		SELECT payment_key, source, payment_id, status, version, amount_minor, currency, held, COALESCE(held_reason, ''),
-		       last_event_at, created_at, updated_at
+		SELECT `+paymentHeadColumns+`, COALESCE(held_reason, ''), last_event_at, created_at, updated_at
 		  FROM payments WHERE payment_key = $1`, paymentKey).
-		Scan(&p.PaymentKey, &p.Source, &p.PaymentID, &p.Status, &p.Version, &p.AmountMinor, &p.Currency, &p.Held, &p.HeldReason,
-			&p.LastEventAt, &p.CreatedAt, &p.UpdatedAt)
+		Scan(p.targets(&p.HeldReason, &p.LastEventAt, &p.CreatedAt, &p.UpdatedAt)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return PaymentSummary{}, fmt.Errorf("payment %s: %w", paymentKey, ErrNotFound)
 	}

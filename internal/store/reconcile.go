@@ -13,9 +13,10 @@ import (
 // The read-only statements of `paystream reconcile` (package reconcile):
 // they read what the processor wrote and change nothing.
 
-// PaymentRow is a payment as reconcile checks it: the queried columns and
-// the machine's state, still encoded.
-type PaymentRow struct {
+// PaymentHead is a payment's identity and what its row says now: the
+// columns every reader of payments shows, scanned by targets in
+// paymentHeadColumns' order.
+type PaymentHead struct {
 	PaymentKey  string
 	Source      string
 	PaymentID   string
@@ -24,17 +25,29 @@ type PaymentRow struct {
 	AmountMinor int64
 	Currency    string
 	Held        bool
+}
+
+// paymentHeadColumns are PaymentHead's columns, in targets' order.
+const paymentHeadColumns = `payment_key, source, payment_id, status, version, amount_minor, currency, held`
+
+// targets returns the scan destinations of paymentHeadColumns, followed
+// by more.
+func (p *PaymentHead) targets(more ...any) []any {
+	return append([]any{&p.PaymentKey, &p.Source, &p.PaymentID, &p.Status, &p.Version, &p.AmountMinor, &p.Currency, &p.Held}, more...)
+}
+
+// PaymentRow is a payment as reconcile checks it: the queried columns and
+// the machine's state, still encoded.
+type PaymentRow struct {
+	PaymentHead
 	// State is the payments.state JSON, as stored.
 	State []byte
 }
 
-// paymentRowColumns are the columns scanPaymentRow reads, in its order.
-const paymentRowColumns = `payment_key, source, payment_id, status, version, amount_minor, currency, held, state::text`
-
 func scanPaymentRow(r pgx.CollectableRow) (PaymentRow, error) {
 	var p PaymentRow
 	var state string
-	err := r.Scan(&p.PaymentKey, &p.Source, &p.PaymentID, &p.Status, &p.Version, &p.AmountMinor, &p.Currency, &p.Held, &state)
+	err := r.Scan(p.targets(&state)...)
 	p.State = []byte(state)
 	return p, err
 }
@@ -44,7 +57,7 @@ func scanPaymentRow(r pgx.CollectableRow) (PaymentRow, error) {
 // no snapshot and no lock for long.
 func PaymentsAfter(ctx context.Context, db DB, afterKey string, limit int) ([]PaymentRow, error) {
 	return queryRows(ctx, db, scanPaymentRow, "read payments", `
-		SELECT `+paymentRowColumns+` FROM payments WHERE payment_key > $1 ORDER BY payment_key LIMIT $2`, afterKey, limit)
+		SELECT `+paymentHeadColumns+`, state::text FROM payments WHERE payment_key > $1 ORDER BY payment_key LIMIT $2`, afterKey, limit)
 }
 
 // LedgerBalances sums the ledger movements of keys into a balance per
@@ -160,7 +173,7 @@ func TransitionsBetween(ctx context.Context, db DB, from, to time.Time) ([]Trans
 // after since, whose status is not one of final, oldest update first.
 func OpenPayments(ctx context.Context, db DB, sources, final []string, since time.Time, limit int) ([]PaymentRow, error) {
 	return queryRows(ctx, db, scanPaymentRow, "list open payments", `
-		SELECT `+paymentRowColumns+` FROM payments
+		SELECT `+paymentHeadColumns+`, state::text FROM payments
 		 WHERE source = ANY($1) AND status <> ALL($2) AND updated_at >= $3 AND payment_id <> ''
 		 ORDER BY updated_at, payment_key LIMIT $4`, sources, final, since, limit)
 }
