@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+	"go.uber.org/goleak"
 
 	"github.com/paystream/paystream/internal/console"
 	"github.com/paystream/paystream/internal/dlq/dlqtest"
@@ -66,11 +67,20 @@ var chromium struct {
 	err    error
 }
 
+// TestMain runs the tests and stops the shared Chromium, then fails the
+// package when a goroutine outlives them (a server, a tab or a pool a
+// test left running).
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := testenv.Wrap(m).Run()
 	if chromium.cancel != nil {
 		chromium.cancel()
 		_ = os.RemoveAll(chromium.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak: goroutines outlived the tests:", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
