@@ -17,38 +17,6 @@ import (
 	"github.com/paystream/paystream/internal/provider/drivers"
 )
 
-// sourcesYAML configures one source per driver (the load generator's
-// test sources): their payloads are what ingest wraps in envelopes.
-const sourcesYAML = `
-sources:
-  - name: sw
-    driver: standardwebhooks
-    secrets: ["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]
-  - name: st
-    driver: stripe
-    secrets: ["whsec_stripe_test_4eC39HqLyjWDarjtT1zdp7dc"]
-  - name: hm
-    driver: hmac
-    secrets: ["hmac-secret-7f3a"]
-    options: {header: X-Hub-Signature-256, algorithm: sha256, prefix: "sha256=", encoding: hex, id_header: X-GitHub-Delivery}
-  - name: pm
-    driver: pagarme
-    secrets: ["sk_test_pagarme_0123456789"]
-  - name: as
-    driver: asaas
-    secrets: ["asaas-token-5d2c"]
-  - name: pb
-    driver: pagbank
-    secrets: ["5F2A3D4E-0B1C-4D2E-9F8A-7B6C5D4E3F2A"]
-  - name: mp
-    driver: mercadopago
-    secrets: ["mp-webhook-secret-8e1f"]
-  - name: zp
-    driver: zoop
-    secrets: ["paystream:zoop-webhook-password-5d2c"]
-    options: {marketplace_id: 3249465a7753536b62545a6a684b0000}
-`
-
 // keptHeaders are the request headers ingest copies into an envelope.
 var keptHeaders = []string{"Content-Type", "Idempotency-Key", "User-Agent", "Webhook-Id", "Webhook-Timestamp", "X-Request-Id"}
 
@@ -59,7 +27,7 @@ var keptHeaders = []string{"Content-Type", "Idempotency-Key", "User-Agent", "Web
 // byte), and the same request as a DLQ record (no event, a reason).
 func ingestEnvelopes(tb testing.TB) [][]byte {
 	tb.Helper()
-	srcs, err := loadgen.ParseSources([]byte(sourcesYAML))
+	srcs, err := loadgen.ParseSources([]byte(loadgen.TestSourcesYAML))
 	if err != nil {
 		tb.Fatal(err)
 	}

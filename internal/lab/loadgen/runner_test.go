@@ -28,7 +28,7 @@ type verifyingServer struct {
 
 func newVerifyingServer(t *testing.T) *verifyingServer {
 	t.Helper()
-	sources, err := source.Parse([]byte(sourcesYAML), drivers.Factories())
+	sources, err := source.Parse([]byte(TestSourcesYAML), drivers.Factories())
 	if err != nil {
 		t.Fatal(err)
 	}
