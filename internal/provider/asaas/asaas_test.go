@@ -60,22 +60,17 @@ var fixtures = []providertest.Fixture{
 }
 
 func harness() providertest.Harness {
-	return providertest.Harness{
-		New:             New,
-		OldSecret:       oldToken,
-		NewSecret:       newToken,
-		WrongSecret:     wrongToken,
-		Sign:            providertest.SignHeader(HeaderToken, func(token string, _ []byte) string { return Sign(token) }),
-		RequiredHeaders: []string{HeaderToken},
-		// A static token does not sign the body: only the token can be
-		// tampered with. Asaas recommends HTTPS and IP allow-listing.
-		BodyUnsigned: true,
-		Tampers: map[string]func(*provider.Request){
-			"token truncated": func(r *provider.Request) { r.Header.Set(HeaderToken, r.Header.Get(HeaderToken)[1:]) },
-			"token extended":  func(r *provider.Request) { r.Header.Set(HeaderToken, r.Header.Get(HeaderToken)+"x") },
-		},
-		Fixtures: fixtures,
+	h := providertest.HeaderHarness(New, HeaderToken, func(token string, _ []byte) string { return Sign(token) })
+	h.OldSecret, h.NewSecret, h.WrongSecret = oldToken, newToken, wrongToken
+	// A static token does not sign the body: only the token can be
+	// tampered with. Asaas recommends HTTPS and IP allow-listing.
+	h.BodyUnsigned = true
+	h.Tampers = map[string]func(*provider.Request){
+		"token truncated": func(r *provider.Request) { r.Header.Set(HeaderToken, r.Header.Get(HeaderToken)[1:]) },
+		"token extended":  func(r *provider.Request) { r.Header.Set(HeaderToken, r.Header.Get(HeaderToken)+"x") },
 	}
+	h.Fixtures = fixtures
+	return h
 }
 
 func TestConformance(t *testing.T) { providertest.Conformance(t, harness()) }

@@ -63,20 +63,15 @@ var fixtures = []providertest.Fixture{
 }
 
 func harness() providertest.Harness {
-	return providertest.Harness{
-		New:             New,
-		OldSecret:       oldKey,
-		NewSecret:       newKey,
-		WrongSecret:     wrongKey,
-		Sign:            providertest.SignHeader(HeaderSignature, Sign),
-		RequiredHeaders: []string{HeaderSignature},
-		Tampers: map[string]func(*provider.Request){
-			"sha256 scheme": func(r *provider.Request) {
-				r.Header.Set(HeaderSignature, "sha256="+r.Header.Get(HeaderSignature)[5:])
-			},
+	h := providertest.HeaderHarness(New, HeaderSignature, Sign)
+	h.OldSecret, h.NewSecret, h.WrongSecret = oldKey, newKey, wrongKey
+	h.Tampers = map[string]func(*provider.Request){
+		"sha256 scheme": func(r *provider.Request) {
+			r.Header.Set(HeaderSignature, "sha256="+r.Header.Get(HeaderSignature)[5:])
 		},
-		Fixtures: fixtures,
 	}
+	h.Fixtures = fixtures
+	return h
 }
 
 func TestConformance(t *testing.T) { providertest.Conformance(t, harness()) }

@@ -57,21 +57,16 @@ var fixtures = []providertest.Fixture{
 }
 
 func harness() providertest.Harness {
-	return providertest.Harness{
-		New:             New,
-		OldSecret:       oldToken,
-		NewSecret:       newToken,
-		WrongSecret:     wrongToken,
-		Sign:            providertest.SignHeader(HeaderSignature, Sign),
-		RequiredHeaders: []string{HeaderSignature},
-		Tampers: map[string]func(*provider.Request){
-			"signature without delimiter": func(r *provider.Request) {
-				sum := sha256.Sum256(append([]byte(oldToken), r.Body...))
-				r.Header.Set(HeaderSignature, hex.EncodeToString(sum[:]))
-			},
+	h := providertest.HeaderHarness(New, HeaderSignature, Sign)
+	h.OldSecret, h.NewSecret, h.WrongSecret = oldToken, newToken, wrongToken
+	h.Tampers = map[string]func(*provider.Request){
+		"signature without delimiter": func(r *provider.Request) {
+			sum := sha256.Sum256(append([]byte(oldToken), r.Body...))
+			r.Header.Set(HeaderSignature, hex.EncodeToString(sum[:]))
 		},
-		Fixtures: fixtures,
 	}
+	h.Fixtures = fixtures
+	return h
 }
 
 func TestConformance(t *testing.T) { providertest.Conformance(t, harness()) }

@@ -46,6 +46,20 @@ func (h Harness) FuzzParse(f *testing.F) {
 	FuzzParse(f, h.driver(f, h.OldSecret))
 }
 
+// HeaderHarness is the Harness of a driver whose scheme puts one value,
+// computed from the secret and the body alone, in one header: New, Sign
+// (SignHeader) and that header as the one RequiredHeaders. The caller
+// sets the secrets, fixtures and anything else its scheme needs.
+func HeaderHarness(newDriver provider.Factory, header string, sign func(secret string, body []byte) string) Harness {
+	return Harness{New: newDriver, Sign: SignHeader(header, sign), RequiredHeaders: []string{header}}
+}
+
+// HeaderHarnessAt is HeaderHarness for schemes whose one header also
+// covers the time of signing (SignHeaderAt); the caller sets Tolerance.
+func HeaderHarnessAt(newDriver provider.Factory, header string, sign func(secret string, body []byte, ts time.Time) string) Harness {
+	return Harness{New: newDriver, Sign: SignHeaderAt(header, sign), RequiredHeaders: []string{header}}
+}
+
 // SignHeader is a Harness.Sign for schemes that put one value, computed
 // from the secret and the body alone, in one header.
 func SignHeader(header string, sign func(secret string, body []byte) string) func(t testing.TB, secret string, body []byte, ts time.Time) *provider.Request {

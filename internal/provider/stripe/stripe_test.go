@@ -112,27 +112,22 @@ var fixtures = []providertest.Fixture{
 }
 
 func harness() providertest.Harness {
-	return providertest.Harness{
-		New:         New,
-		OldSecret:   oldSecret,
-		NewSecret:   newSecret,
-		WrongSecret: wrongSecret,
-		Sign: providertest.SignHeaderAt(HeaderSignature, func(secret string, body []byte, ts time.Time) string {
-			return Sign(secret, ts, body)
-		}),
-		Tolerance:       DefaultTolerance,
-		RequiredHeaders: []string{HeaderSignature},
-		Tampers: map[string]func(*provider.Request){
-			"timestamp": func(r *provider.Request) {
-				h := r.Header.Get(HeaderSignature)
-				r.Header.Set(HeaderSignature, strings.Replace(h, "t="+strconv.FormatInt(r.Now.Unix(), 10), "t="+strconv.FormatInt(r.Now.Unix()-1, 10), 1))
-			},
-			"v1 replaced by v0": func(r *provider.Request) {
-				r.Header.Set(HeaderSignature, strings.Replace(r.Header.Get(HeaderSignature), "v1=", "v0=", 1))
-			},
+	h := providertest.HeaderHarnessAt(New, HeaderSignature, func(secret string, body []byte, ts time.Time) string {
+		return Sign(secret, ts, body)
+	})
+	h.OldSecret, h.NewSecret, h.WrongSecret = oldSecret, newSecret, wrongSecret
+	h.Tolerance = DefaultTolerance
+	h.Tampers = map[string]func(*provider.Request){
+		"timestamp": func(r *provider.Request) {
+			sig := r.Header.Get(HeaderSignature)
+			r.Header.Set(HeaderSignature, strings.Replace(sig, "t="+strconv.FormatInt(r.Now.Unix(), 10), "t="+strconv.FormatInt(r.Now.Unix()-1, 10), 1))
 		},
-		Fixtures: fixtures,
+		"v1 replaced by v0": func(r *provider.Request) {
+			r.Header.Set(HeaderSignature, strings.Replace(r.Header.Get(HeaderSignature), "v1=", "v0=", 1))
+		},
 	}
+	h.Fixtures = fixtures
+	return h
 }
 
 func TestConformance(t *testing.T) { providertest.Conformance(t, harness()) }
