@@ -2,7 +2,6 @@ package mercadopago
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -178,13 +177,7 @@ func refetchSuite(t testing.TB) providertest.RefetchSuite {
 		Driver:        refetchDriver(t),
 		AlwaysRefetch: true,
 		Cases:         refetchCases(t),
-		IDOf: func(body []byte) string {
-			var head struct {
-				ID json.RawMessage `json:"id"`
-			}
-			_ = json.Unmarshal(body, &head)
-			return numericID(head.ID)
-		},
+		IDOf:          func(body []byte) string { return numericID(providertest.Member(body, "id")) },
 		OtherIDs: func(id string) []string {
 			return []string{id + "1", "1" + id, strings.TrimSuffix(id, id[len(id)-1:]), "0"}
 		},

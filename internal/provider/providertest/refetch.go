@@ -335,6 +335,25 @@ func DumpFacts(fs []payment.Fact) string {
 	return b.String()
 }
 
+// Member is the raw JSON value of key in body's top-level object: nil
+// when body is not an object or has no such key. It is what a
+// RefetchSuite.IDOf reads the answer's payment id from.
+func Member(body []byte, key string) json.RawMessage {
+	var obj map[string]json.RawMessage
+	_ = json.Unmarshal(body, &obj)
+	return obj[key]
+}
+
+// StringMember is a RefetchSuite.IDOf for answers whose payment id is the
+// JSON string at key in their top-level object ("" when there is none).
+func StringMember(key string) func(body []byte) string {
+	return func(body []byte) string {
+		var id string
+		_ = json.Unmarshal(Member(body, key), &id)
+		return id
+	}
+}
+
 // At parses an RFC 3339 time, in UTC; it panics on a bad one (tests' own
 // constants).
 func At(s string) time.Time {

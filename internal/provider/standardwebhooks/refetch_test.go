@@ -2,7 +2,6 @@ package standardwebhooks
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -153,15 +152,9 @@ var refetchCases = []providertest.RefetchCase{
 // refetchSuite describes the driver to the refetch conformance suite.
 func refetchSuite(t testing.TB) providertest.RefetchSuite {
 	return providertest.RefetchSuite{
-		Driver: refetchDriver(t, true),
-		Cases:  refetchCases,
-		IDOf: func(body []byte) string {
-			var head struct {
-				PaymentID string `json:"payment_id"`
-			}
-			_ = json.Unmarshal(body, &head)
-			return head.PaymentID
-		},
+		Driver:   refetchDriver(t, true),
+		Cases:    refetchCases,
+		IDOf:     providertest.StringMember("payment_id"),
 		OtherIDs: func(id string) []string { return []string{"pay_2", id + "0", strings.ToUpper(id), " " + id} },
 		Request: providertest.RefetchRequestCase{
 			Token: "sk_live_abc", ID: "pay_8Jd2kQ", Auth: "Bearer sk_live_abc",

@@ -2,7 +2,6 @@ package zoop
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -180,14 +179,8 @@ func refetchSuite(t testing.TB) providertest.RefetchSuite {
 		Driver:        refetchDriver(t),
 		AlwaysRefetch: true,
 		Cases:         refetchCases(t),
-		IDOf: func(body []byte) string {
-			var head struct {
-				ID string `json:"id"`
-			}
-			_ = json.Unmarshal(body, &head)
-			return head.ID
-		},
-		OtherIDs: func(id string) []string { return []string{"b1b2c3d4e5f60718293a4b5c6d7e8f90", strings.ToUpper(id)} },
+		IDOf:          providertest.StringMember("id"),
+		OtherIDs:      func(id string) []string { return []string{"b1b2c3d4e5f60718293a4b5c6d7e8f90", strings.ToUpper(id)} },
 		Request: providertest.RefetchRequestCase{
 			Token: key, ID: txID,
 			// Basic auth, the key as the user and an empty password,
