@@ -58,6 +58,12 @@ type Harness struct {
 	// not cover must leave the dedup key as it is: see "unsigned headers
 	// leave the dedup key".
 	TrustedHeaders []string
+	// Documented, when not nil, computes the value Sign must put in the
+	// first of RequiredHeaders, independently of the driver: with the
+	// standard library alone, the way the gateway documents its scheme.
+	// The suite checks Sign against it on every fixture's body, and that
+	// the driver verifies what Sign made.
+	Documented func(secret string, body []byte, ts time.Time) string
 	// SignBody is the body Sign is called with for the verification tests.
 	// Defaults to the first fixture's body.
 	SignBody []byte
@@ -83,7 +89,9 @@ type Fixture struct {
 // Now is the fixed time the suite signs and verifies at.
 var Now = time.Date(2024, 6, 12, 19, 45, 3, 0, time.UTC)
 
-func (h Harness) driver(t testing.TB, secrets ...string) provider.Driver {
+// Driver builds the driver under test from h.Config with secrets, failing
+// t when New refuses them.
+func (h Harness) Driver(t testing.TB, secrets ...string) provider.Driver {
 	t.Helper()
 	cfg := h.Config
 	cfg.Secrets = secrets
@@ -120,6 +128,19 @@ func (h Harness) signed(t testing.TB, fx Fixture) *provider.Request {
 	return r
 }
 
+// eachFixture runs check on every fixture, as its own subtest, with a
+// driver configured with OldSecret; a harness without fixtures fails t.
+func (h Harness) eachFixture(t *testing.T, check func(t *testing.T, d provider.Driver, fx Fixture)) {
+	t.Helper()
+	if len(h.Fixtures) == 0 {
+		t.Fatal("harness has no fixtures")
+	}
+	d := h.Driver(t, h.OldSecret)
+	for _, fx := range h.Fixtures {
+		t.Run(fx.Name, func(t *testing.T) { check(t, d, fx) })
+	}
+}
+
 func wantReason(t *testing.T, err error, reasons ...string) {
 	t.Helper()
 	var ve *provider.VerifyError
@@ -147,30 +168,30 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("valid signature accepted", func(t *testing.T) {
 		t.Parallel()
-		d := h.driver(t, h.OldSecret)
+		d := h.Driver(t, h.OldSecret)
 		if err := d.Verify(h.Sign(t, h.OldSecret, h.body(), Now)); err != nil {
 			t.Fatalf("Verify: %v", err)
 		}
 	})
 	t.Run("rotation accepts old and new", func(t *testing.T) {
 		t.Parallel()
-		d := h.driver(t, h.OldSecret, h.NewSecret)
+		d := h.Driver(t, h.OldSecret, h.NewSecret)
 		for _, s := range []string{h.OldSecret, h.NewSecret} {
 			if err := d.Verify(h.Sign(t, s, h.body(), Now)); err != nil {
 				t.Fatalf("Verify with one of two configured secrets: %v", err)
 			}
 		}
-		d = h.driver(t, h.NewSecret)
+		d = h.Driver(t, h.NewSecret)
 		wantReason(t, d.Verify(h.Sign(t, h.OldSecret, h.body(), Now)), provider.ReasonBadSignature)
 	})
 	t.Run("wrong secret rejected", func(t *testing.T) {
 		t.Parallel()
-		d := h.driver(t, h.OldSecret, h.NewSecret)
+		d := h.Driver(t, h.OldSecret, h.NewSecret)
 		wantReason(t, d.Verify(h.Sign(t, h.WrongSecret, h.body(), Now)), provider.ReasonBadSignature)
 	})
 	t.Run("tampering rejected", func(t *testing.T) {
 		t.Parallel()
-		d := h.driver(t, h.OldSecret)
+		d := h.Driver(t, h.OldSecret)
 		tampers := map[string]func(*provider.Request){}
 		for k, v := range h.Tampers {
 			tampers[k] = v
@@ -206,7 +227,7 @@ func Run(t *testing.T, h Harness) {
 		if len(h.RequiredHeaders) == 0 {
 			t.Fatal("harness declares no required headers")
 		}
-		d := h.driver(t, h.OldSecret)
+		d := h.Driver(t, h.OldSecret)
 		for _, name := range h.RequiredHeaders {
 			r := h.Sign(t, h.OldSecret, h.body(), Now)
 			if r.Header.Get(name) == "" {
@@ -216,12 +237,30 @@ func Run(t *testing.T, h Harness) {
 			wantReason(t, d.Verify(r), provider.ReasonMissingHeader)
 		}
 	})
+	t.Run("documented signature", func(t *testing.T) {
+		t.Parallel()
+		switch {
+		case h.Documented == nil:
+			t.Skip("harness has no independent signature")
+		case len(h.RequiredHeaders) == 0:
+			t.Fatal("harness declares no required headers")
+		}
+		h.eachFixture(t, func(t *testing.T, d provider.Driver, fx Fixture) {
+			r := h.Sign(t, h.OldSecret, fx.Body, Now)
+			if got, want := r.Header.Get(h.RequiredHeaders[0]), h.Documented(h.OldSecret, fx.Body, Now); got != want {
+				t.Fatalf("Sign = %q, the documented scheme gives %q", got, want)
+			}
+			if err := d.Verify(r); err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+		})
+	})
 	t.Run("tolerance", func(t *testing.T) {
 		t.Parallel()
 		if h.Tolerance == 0 {
 			t.Skip("scheme carries no timestamp")
 		}
-		d := h.driver(t, h.OldSecret)
+		d := h.Driver(t, h.OldSecret)
 		for _, skew := range []time.Duration{h.Tolerance - time.Second, -(h.Tolerance - time.Second)} {
 			r := h.Sign(t, h.OldSecret, h.body(), Now)
 			r.Now = Now.Add(skew)
@@ -237,39 +276,33 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("fixtures", func(t *testing.T) {
 		t.Parallel()
-		if len(h.Fixtures) == 0 {
-			t.Fatal("harness has no fixtures")
-		}
-		d := h.driver(t, h.OldSecret)
-		for _, fx := range h.Fixtures {
-			t.Run(fx.Name, func(t *testing.T) {
-				r := h.signed(t, fx)
-				ev, err := d.Parse(r)
-				switch {
-				case fx.Irrelevant:
-					if !errors.Is(err, provider.ErrIrrelevant) {
-						t.Fatalf("Parse = %+v, %v; want ErrIrrelevant", ev, err)
-					}
-					return
-				case fx.Want == nil:
-					if !errors.Is(err, provider.ErrUnprocessable) || errors.Is(err, provider.ErrIrrelevant) {
-						t.Fatalf("Parse = %+v, %v; want ErrUnprocessable", ev, err)
-					}
-					return
-				case err != nil:
-					t.Fatalf("Parse: %v", err)
+		h.eachFixture(t, func(t *testing.T, d provider.Driver, fx Fixture) {
+			r := h.signed(t, fx)
+			ev, err := d.Parse(r)
+			switch {
+			case fx.Irrelevant:
+				if !errors.Is(err, provider.ErrIrrelevant) {
+					t.Fatalf("Parse = %+v, %v; want ErrIrrelevant", ev, err)
 				}
-				if !reflect.DeepEqual(ev, *fx.Want) {
-					t.Fatalf("Parse =\n  %+v\nwant\n  %+v", ev, *fx.Want)
+				return
+			case fx.Want == nil:
+				if !errors.Is(err, provider.ErrUnprocessable) || errors.Is(err, provider.ErrIrrelevant) {
+					t.Fatalf("Parse = %+v, %v; want ErrUnprocessable", ev, err)
 				}
-				if h.RefetchAll && !ev.NeedsRefetch {
-					t.Fatal("unsigned body parsed without NeedsRefetch")
-				}
-				if ev.DedupKey == "" || ev.PaymentID == "" || ev.Type == "" {
-					t.Fatalf("event lacks dedup key, payment id or type: %+v", ev)
-				}
-			})
-		}
+				return
+			case err != nil:
+				t.Fatalf("Parse: %v", err)
+			}
+			if !reflect.DeepEqual(ev, *fx.Want) {
+				t.Fatalf("Parse =\n  %+v\nwant\n  %+v", ev, *fx.Want)
+			}
+			if h.RefetchAll && !ev.NeedsRefetch {
+				t.Fatal("unsigned body parsed without NeedsRefetch")
+			}
+			if ev.DedupKey == "" || ev.PaymentID == "" || ev.Type == "" {
+				t.Fatalf("event lacks dedup key, payment id or type: %+v", ev)
+			}
+		})
 	})
 	t.Run("unsigned headers leave the dedup key", func(t *testing.T) {
 		t.Parallel()
@@ -435,7 +468,7 @@ func FuzzParse(f *testing.F, d provider.Driver) {
 // once per value. Headers in h.TrustedHeaders are exempt: the source's
 // config chose to trust them.
 func unsignedHeadersKeepDedupKey(t *testing.T, h Harness) {
-	d := h.driver(t, h.OldSecret)
+	d := h.Driver(t, h.OldSecret)
 	checked := 0
 	for _, fx := range h.Fixtures {
 		if fx.Want == nil {

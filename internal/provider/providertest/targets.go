@@ -30,7 +30,7 @@ func Conformance(t *testing.T, h Harness) {
 // secret, and every accepted request must be signed by one of the two.
 func (h Harness) FuzzVerify(f *testing.F, signedBy func(r *provider.Request, secret string) bool) {
 	AddSeeds(f, h, false)
-	d := h.driver(f, h.OldSecret, h.NewSecret)
+	d := h.Driver(f, h.OldSecret, h.NewSecret)
 	var genuine func(*provider.Request) bool
 	if signedBy != nil {
 		genuine = func(r *provider.Request) bool { return signedBy(r, h.OldSecret) || signedBy(r, h.NewSecret) }
@@ -43,7 +43,7 @@ func (h Harness) FuzzVerify(f *testing.F, signedBy func(r *provider.Request, sec
 // package's FuzzParse.
 func (h Harness) FuzzParse(f *testing.F) {
 	AddSeeds(f, h, true)
-	FuzzParse(f, h.driver(f, h.OldSecret))
+	FuzzParse(f, h.Driver(f, h.OldSecret))
 }
 
 // HeaderHarness is the Harness of a driver whose scheme puts one value,
