@@ -92,10 +92,7 @@ func TestKnownAnswer(t *testing.T) {
 	if got := Sign(oldSecret, "ABC123", requestID, time.Unix(1704908010, 0)); got != want {
 		t.Fatalf("Sign = %q, want %q", got, want)
 	}
-	d, err := New(provider.Config{Secrets: []string{oldSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := harness().Driver(t, oldSecret)
 	r := &provider.Request{
 		Header: http.Header{},
 		Query:  url.Values{QueryDataID: {"ABC123"}},

@@ -10,18 +10,13 @@ import (
 	"testing"
 
 	"github.com/paystream/paystream/internal/payment"
-	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
 	"github.com/paystream/paystream/internal/provider/providertest"
 )
 
 func refetchDriver(t testing.TB) *Driver {
 	t.Helper()
-	d, err := New(provider.Config{Secrets: []string{oldSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.(*Driver)
+	return harness().Driver(t, oldSecret).(*Driver)
 }
 
 // mp builds a compact Mercado Pago payment resource; fields override the

@@ -44,10 +44,7 @@ func TestSignKnownAnswer(t *testing.T) {
 		t.Fatalf("Sign = %q, stdlib computes %q", got, want)
 	}
 
-	d, err := New(provider.Config{Secrets: []string{specSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := harness().Driver(t, specSecret)
 	r := &provider.Request{
 		Header: http.Header{},
 		Body:   []byte(specBody),
@@ -221,9 +218,6 @@ func FuzzParse(f *testing.F) {
 		f.Add("webhook-id: msg_1\nwebhook-timestamp: 1718210703\n", []byte(tc.body))
 	}
 	providertest.AddSeeds(f, harness(), true)
-	d, err := New(provider.Config{Secrets: []string{specSecret}})
-	if err != nil {
-		f.Fatal(err)
-	}
+	d := harness().Driver(f, specSecret)
 	providertest.FuzzParse(f, d)
 }

@@ -143,10 +143,7 @@ func FuzzVerify(f *testing.F) {
 // BenchmarkVerify verifies one signed 1 KiB webhook under one secret: the
 // signature check every Standard Webhooks delivery pays in ingest.
 func BenchmarkVerify(b *testing.B) {
-	d, err := New(provider.Config{Secrets: []string{newSecret}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	d := harness().Driver(b, newSecret)
 	body := `{"type":"payment.paid","data":{"pad":"` + strings.Repeat("x", 1000) + `"}}`
 	r := verifyRequest(b, newSecret, "msg_2Lh1Xc0MbkbOuXo3fWyJ2pe2vXK", "1718210703", "", body, 0)
 	b.ReportAllocs()

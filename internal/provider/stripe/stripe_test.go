@@ -143,10 +143,7 @@ func TestKnownAnswer(t *testing.T) {
 	if got := Sign(oldSecret, time.Unix(1718221500, 0), body); got != want {
 		t.Fatalf("Sign = %q, want %q", got, want)
 	}
-	d, err := New(provider.Config{Secrets: []string{oldSecret}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := harness().Driver(t, oldSecret)
 	r := &provider.Request{Header: http.Header{}, Body: body, Now: time.Unix(1718221500, 0)}
 	// Several v1 (Stripe sends one per active secret) and a v0 to ignore.
 	r.Header.Set(HeaderSignature, "t=1718221500,v1=00ff,"+strings.TrimPrefix(want, "t=1718221500,")+",v0=6ffbb59b2300aae63f272406069a9788598b792a944a07aba816edb039989a39")

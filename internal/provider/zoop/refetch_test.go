@@ -6,17 +6,12 @@ import (
 	"testing"
 
 	"github.com/paystream/paystream/internal/payment"
-	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/providertest"
 )
 
 func refetchDriver(t testing.TB) *Driver {
 	t.Helper()
-	d, err := New(provider.Config{Secrets: []string{oldSecret}, Options: config().Options})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d.(*Driver)
+	return harness().Driver(t, oldSecret).(*Driver)
 }
 
 const (
