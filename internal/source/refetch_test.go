@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
 	"github.com/paystream/paystream/internal/provider/gatewaytest"
+	"github.com/paystream/paystream/internal/provider/providertest"
 	"github.com/paystream/paystream/internal/source"
 )
 
@@ -85,19 +85,7 @@ func TestRefetchStandardWebhooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("gateway answered %d: %s", resp.StatusCode, body)
-	}
-	facts, err := c.Refetcher.ParseRefetch(body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	facts := providertest.RefetchFacts(t, http.DefaultClient, req, c.Refetcher)
 	if len(facts) != 1 || facts[0].Status != payment.StatusPaid || facts[0].AmountMinor != 1050 {
 		t.Fatalf("facts %+v", facts)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -333,6 +334,27 @@ func DumpFacts(fs []payment.Fact) string {
 		b.WriteString("  " + string(j) + "\n")
 	}
 	return b.String()
+}
+
+// RefetchFacts sends req with client and returns what r makes of the
+// answer, failing t unless the gateway answered 200 OK with a body r
+// parses: a refetch as the processor does it, end to end.
+func RefetchFacts(t testing.TB, client *http.Client, req *http.Request, r provider.Refetcher) []payment.Fact {
+	t.Helper()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s answered %d: %s", req.URL, resp.StatusCode, body)
+	}
+	facts, err := r.ParseRefetch(body)
+	if err != nil {
+		t.Fatalf("ParseRefetch: %v", err)
+	}
+	return facts
 }
 
 // Member is the raw JSON value of key in body's top-level object: nil

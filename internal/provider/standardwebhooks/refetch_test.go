@@ -2,9 +2,7 @@ package standardwebhooks
 
 import (
 	"context"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"reflect"
 	"strings"
 	"testing"
@@ -241,19 +239,7 @@ func TestRefetchAgainstGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := gw.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("status %d: %s", resp.StatusCode, body)
-	}
-	facts, err := d.ParseRefetch(body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	facts := providertest.RefetchFacts(t, gw.Client(), req, d)
 	want := []payment.Fact{st(payment.StatusPaid, 25990, paidAt), rf(payment.StatusPartiallyRefunded, "rf_1", 990, "2024-06-14T10:00:00Z")}
 	if !reflect.DeepEqual(facts, want) {
 		t.Fatalf("facts %+v, want %+v", facts, want)
