@@ -11,6 +11,7 @@ import (
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/provider"
+	"github.com/paystream/paystream/internal/provider/providertest"
 	"github.com/paystream/paystream/internal/provider/standardwebhooks"
 	"github.com/paystream/paystream/schemas"
 )
@@ -33,13 +34,7 @@ func rawEnvelope(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Verify(req); err != nil {
-		t.Fatal(err)
-	}
-	ev, err := drv.Parse(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev := providertest.Accept(t, drv, req)
 	raw := envelope.Raw{
 		Source: "acme", Driver: "standardwebhooks", PaymentKey: "acme:" + ev.PaymentID, Event: ev,
 		ReceivedAt: now.UTC(), Headers: map[string]string{"webhook-id": "msg_1"}, Body: body,

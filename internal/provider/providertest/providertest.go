@@ -338,6 +338,20 @@ func Run(t *testing.T, h Harness) {
 	})
 }
 
+// Accept verifies r with d and parses it, as ingest does with a delivery,
+// failing t unless both succeed.
+func Accept(t testing.TB, d provider.Driver, r *provider.Request) provider.Event {
+	t.Helper()
+	if err := d.Verify(r); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	ev, err := d.Parse(r)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	return ev
+}
+
 // Request builds a request from the textual form the fuzz targets use:
 // header is "Name: value" lines, and a line starting with '?' is the raw
 // query string; now is unix seconds.

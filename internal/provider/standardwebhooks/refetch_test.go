@@ -33,13 +33,7 @@ func TestRefetchMarksEvents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := d.Verify(r); err != nil {
-			t.Fatal(err)
-		}
-		ev, err := d.Parse(r)
-		if err != nil {
-			t.Fatal(err)
-		}
+		ev := providertest.Accept(t, d, r)
 		if ev.NeedsRefetch != refetch {
 			t.Fatalf("Config.Refetch = %v: NeedsRefetch = %v", refetch, ev.NeedsRefetch)
 		}
