@@ -12,7 +12,8 @@ import (
 // as a subprocess (to signal or SIGKILL it): it builds cmd/paystream with
 // the extra `go build` flags (for example "-race") into a temporary
 // directory, sets *binary to its path, runs the tests, removes the
-// directory and exits with the tests' status (1 when the build fails).
+// directory, checks for leaked goroutines as Main does and exits with the
+// tests' status (1 when the build fails).
 //
 //	var binary string
 //	func TestMain(m *testing.M) { testenv.MainWithBinary(m, &binary, "-race") }
@@ -33,5 +34,5 @@ func MainWithBinary(m *testing.M, binary *string, buildFlags ...string) {
 	}
 	code := Wrap(m).Run()
 	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(checkLeaks(code))
 }

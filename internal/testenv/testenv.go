@@ -31,6 +31,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"go.uber.org/goleak"
 )
 
 // Environment variables naming the servers tests use.
@@ -62,11 +64,26 @@ type TestingM interface {
 }
 
 // Main runs the package's tests, stops the containers testenv started for
-// them, if any, and exits with the tests' status. Call it from TestMain:
+// them, if any, fails the package when a goroutine outlives the tests (a
+// client, pool or server a test left running: goleak), and exits with the
+// tests' status. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { testenv.Main(m) }
 func Main(m *testing.M) {
-	os.Exit(Wrap(m).Run())
+	os.Exit(checkLeaks(Wrap(m).Run()))
+}
+
+// checkLeaks returns code, or 1 when the tests passed but goroutines
+// outlived them (goleak waits a little for those that are ending).
+func checkLeaks(code int) int {
+	if code != 0 {
+		return code
+	}
+	if err := goleak.Find(); err != nil {
+		os.Stderr.WriteString("goleak: goroutines outlived the tests: " + err.Error() + "\n")
+		return 1
+	}
+	return code
 }
 
 // Wrap returns m with a Run that stops the containers testenv started once
