@@ -10,61 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/schemas"
 )
-
-// stateEvent is a payment-state value as the sink publishes it.
-func stateEvent(key string, version int64, from, to payment.Status, kind string, amount int64) envelope.State {
-	at := time.Date(2026, 11, 29, 18, 0, int(version), 0, time.UTC)
-	return envelope.State{
-		EventID: envelope.StateEventID(key, version), PaymentKey: key, Source: "acme", PaymentID: strings.TrimPrefix(key, "acme:"),
-		Version: version, Status: to, PreviousStatus: from, Kind: kind, AmountMinor: amount, Currency: "BRL",
-		Payment:       payment.State{Status: to, Version: version, AmountMinor: 1050, Currency: "BRL"},
-		SourceEventID: fmt.Sprintf("msg_%d", version), OccurredAt: at, RecordedAt: at.Add(time.Second),
-	}
-}
-
-// publishStates writes each batch of events in one Kafka transaction,
-// keyed by payment with the event-id header, as the sink does; batches
-// whose abort flag is set are aborted instead of committed.
-func publishStates(t *testing.T, brokers []string, topic string, batches []stateBatch) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.TransactionalID(testenv.Group(t)), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for _, b := range batches {
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range b.events {
-			v, err := json.Marshal(ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := &kgo.Record{Key: []byte(ev.PaymentKey), Value: v,
-				Headers: []kgo.RecordHeader{{Key: envelope.HeaderEventID, Value: []byte(ev.EventID)}}}
-			if err := cl.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := cl.EndTransaction(t.Context(), kgo.TransactionEndTry(!b.abort)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-type stateBatch struct {
-	events []envelope.State
-	abort  bool
-}
 
 // tailFixture publishes, on a fresh 3-partition state topic: payment A
 // created, paid (one transaction, with B created), a refund of A in an
@@ -73,15 +23,15 @@ func tailFixture(t *testing.T) (env []string) {
 	t.Helper()
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, "state", 3)
-	publishStates(t, brokers, topic, []stateBatch{
-		{events: []envelope.State{
-			stateEvent("acme:pay_a", 1, "", payment.StatusPending, "status", 0),
-			stateEvent("acme:pay_b", 1, "", payment.StatusPending, "status", 0),
-			stateEvent("acme:pay_a", 2, payment.StatusPending, payment.StatusPaid, "capture", 1050),
+	testenv.PublishStates(t, brokers, topic,
+		testenv.StateBatch{Events: []envelope.State{
+			testenv.StateEvent("acme:pay_a", 1, "", payment.StatusPending, "status", 0),
+			testenv.StateEvent("acme:pay_b", 1, "", payment.StatusPending, "status", 0),
+			testenv.StateEvent("acme:pay_a", 2, payment.StatusPending, payment.StatusPaid, "capture", 1050),
 		}},
-		{events: []envelope.State{stateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusRefunded, "refund", 1050)}, abort: true},
-		{events: []envelope.State{stateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusPartiallyRefunded, "refund", 50)}},
-	})
+		testenv.StateBatch{Events: []envelope.State{testenv.StateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusRefunded, "refund", 1050)}, Abort: true},
+		testenv.StateBatch{Events: []envelope.State{testenv.StateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusPartiallyRefunded, "refund", 50)}},
+	)
 	return []string{"PAYSTREAM_KAFKA_BROKERS=" + strings.Join(brokers, ","), "PAYSTREAM_STATE_TOPIC=" + topic}
 }
 

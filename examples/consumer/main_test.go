@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
@@ -17,53 +14,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-// state is a payment-state value as paystream encodes it (envelope.State),
-// so the test also holds the example's StateEvent to the real encoding.
-func state(key string, version int64, from, to payment.Status, kind string, amount int64) envelope.State {
-	at := time.Date(2026, 11, 29, 18, 0, int(version), 0, time.UTC)
-	return envelope.State{
-		EventID: envelope.StateEventID(key, version), PaymentKey: key, Source: "acme", PaymentID: strings.TrimPrefix(key, "acme:"),
-		Version: version, Status: to, PreviousStatus: from, Kind: kind, AmountMinor: amount, Currency: "BRL",
-		Payment:    payment.State{Status: to, Version: version, AmountMinor: 1050, Currency: "BRL"},
-		OccurredAt: at, RecordedAt: at.Add(time.Second),
-	}
-}
-
-// publish writes each batch in one Kafka transaction, keyed by payment with
-// the event-id header, as the sink does, aborting the batches marked so.
-func publish(t *testing.T, brokers []string, topic string, batches ...batch) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.TransactionalID(testenv.Group(t)), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	for _, b := range batches {
-		if err := cl.BeginTransaction(); err != nil {
-			t.Fatal(err)
-		}
-		for _, ev := range b.events {
-			v, err := json.Marshal(ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := &kgo.Record{Key: []byte(ev.PaymentKey), Value: v, Headers: []kgo.RecordHeader{{Key: HeaderEventID, Value: []byte(ev.EventID)}}}
-			if err := cl.ProduceSync(t.Context(), rec).FirstErr(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := cl.EndTransaction(t.Context(), kgo.TransactionEndTry(!b.abort)); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-type batch struct {
-	events []envelope.State
-	abort  bool
-}
 
 // consumeUntil runs Consume with a new client of group until handle has
 // seen the event last, and returns the printed transitions.
@@ -105,13 +55,13 @@ func TestConsumeOnceInOrderCommittedOnly(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	topic := testenv.Topic(t, "state", 3)
 	group := testenv.Group(t)
-	a1 := state("acme:pay_a", 1, "", payment.StatusPending, "status", 0)
-	a2 := state("acme:pay_a", 2, payment.StatusPending, payment.StatusPaid, "capture", 1050)
-	publish(t, brokers, topic,
-		batch{events: []envelope.State{a1, a2}},
-		batch{events: []envelope.State{state("acme:pay_a", 3, payment.StatusPaid, payment.StatusRefunded, "refund", 1050)}, abort: true},
-		batch{events: []envelope.State{a2, state("acme:pay_a", 3, payment.StatusPaid, payment.StatusPartiallyRefunded, "refund", 50)}},
-		batch{events: []envelope.State{state("acme:pay_b", 1, "", payment.StatusPending, "status", 0)}},
+	a1 := testenv.StateEvent("acme:pay_a", 1, "", payment.StatusPending, "status", 0)
+	a2 := testenv.StateEvent("acme:pay_a", 2, payment.StatusPending, payment.StatusPaid, "capture", 1050)
+	testenv.PublishStates(t, brokers, topic,
+		testenv.StateBatch{Events: []envelope.State{a1, a2}},
+		testenv.StateBatch{Events: []envelope.State{testenv.StateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusRefunded, "refund", 1050)}, Abort: true},
+		testenv.StateBatch{Events: []envelope.State{a2, testenv.StateEvent("acme:pay_a", 3, payment.StatusPaid, payment.StatusPartiallyRefunded, "refund", 50)}},
+		testenv.StateBatch{Events: []envelope.State{testenv.StateEvent("acme:pay_b", 1, "", payment.StatusPending, "status", 0)}},
 	)
 	got := consumeUntil(t, brokers, topic, group, "acme:pay_b:1")
 	var forA []string
@@ -129,7 +79,7 @@ func TestConsumeOnceInOrderCommittedOnly(t *testing.T) {
 		t.Errorf("printed:\n%s\nwant payment A's lines\n%s\nand one for B", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 
-	publish(t, brokers, topic, batch{events: []envelope.State{state("acme:pay_c", 1, "", payment.StatusPending, "status", 0)}})
+	testenv.PublishStates(t, brokers, topic, testenv.StateBatch{Events: []envelope.State{testenv.StateEvent("acme:pay_c", 1, "", payment.StatusPending, "status", 0)}})
 	if again := consumeUntil(t, brokers, topic, group, "acme:pay_c:1"); len(again) != 1 {
 		t.Errorf("second run of the group printed %q, want only pay_c's event", again)
 	}
