@@ -13,14 +13,12 @@ package examples
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/paystream/paystream/internal/envelope"
@@ -36,6 +33,7 @@ import (
 	"github.com/paystream/paystream/internal/statelog"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/sink"
+	"github.com/paystream/paystream/sink/sinktest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -114,24 +112,8 @@ func publishState(t *testing.T) stateTopic {
 	brokers := testenv.Kafka(t)
 	topic, latest, ckpt := testenv.Topic(t, "state", 3), testenv.Topic(t, "latest", 3), testenv.Topic(t, "ckpt", 1)
 	ctx := t.Context()
-	if _, err := sink.SetupSlot(ctx, db.Pool); err != nil {
-		t.Fatal(err)
-	}
-	relay, err := sink.New(db.Pool, sink.Config{
-		Brokers: brokers, Topic: topic, LatestTopic: latest, CheckpointTopic: ckpt,
-		MaxBatchDelay: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stopRelay := context.WithCancel(context.Background())
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(rctx) }()
-	t.Cleanup(func() {
-		stopRelay()
-		if err := <-relayDone; err != nil {
-			t.Errorf("relay: %v", err)
-		}
+	sinktest.StartRelay(t, db.Pool, sink.Config{
+		Brokers: brokers, Topic: topic, LatestTopic: latest, CheckpointTopic: ckpt, MaxBatchDelay: 5 * time.Millisecond,
 	})
 
 	emit := func(versions ...int64) {

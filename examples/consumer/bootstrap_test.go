@@ -4,19 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/paystream/paystream/internal/envelope"
 	"github.com/paystream/paystream/internal/payment"
 	"github.com/paystream/paystream/internal/statelog"
 	"github.com/paystream/paystream/internal/testenv"
 	"github.com/paystream/paystream/sink"
+	"github.com/paystream/paystream/sink/sinktest"
 )
 
 // TestBootstrapUnderTraffic: the real relay publishes the state topic and
@@ -30,25 +28,9 @@ func TestBootstrapUnderTraffic(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	state, latest, ckpt := testenv.Topic(t, "state", 3), testenv.Topic(t, "latest", 3), testenv.Topic(t, "ckpt", 1)
 	ctx := t.Context()
-	if _, err := sink.SetupSlot(ctx, db.Pool); err != nil {
-		t.Fatal(err)
-	}
-	relay, err := sink.New(db.Pool, sink.Config{
-		Brokers: brokers, Topic: state, LatestTopic: latest, CheckpointTopic: ckpt,
-		MaxBatchDelay: 5 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), Registerer: prometheus.NewRegistry(),
+	sinktest.StartRelay(t, db.Pool, sink.Config{
+		Brokers: brokers, Topic: state, LatestTopic: latest, CheckpointTopic: ckpt, MaxBatchDelay: 5 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, stopRelay := context.WithCancel(context.Background())
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relay.Run(rctx) }()
-	defer func() {
-		stopRelay()
-		if err := <-relayDone; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-	}()
 
 	// Writers: each transaction moves 1–5 random payments one version on.
 	const payments = 200
