@@ -123,31 +123,27 @@ func countRepublished(recs []stateRecord) int {
 // version of every payment, in order.
 func TestRepublishAfterLostSlot(t *testing.T) {
 	testenv.SkipIfShort(t)
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	raw, state, ckpt, group := relayTopics(t)
-	setupSlot(t, db.Pool)
-	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20})
-	first := startRelay(t, db.Pool, brokers, state, ckpt)
+	p := startRelayPipeline(t, 20)
+	first := startRelay(t, p.db.Pool, p.brokers, p.state, p.ckpt)
 
 	hs := genHistories(2000)
-	prod := producePaced(t, brokers, raw, hs, 5, 20*time.Millisecond)
-	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 300 }, "300 state records")
+	prod := producePaced(t, p.brokers, p.raw, hs, 5, 20*time.Millisecond)
+	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, p.brokers, p.state) >= 300 }, "300 state records")
 	first.Stop()
-	slot := slotOf(t, db)
+	slot := slotOf(t, p.db)
 	testenv.WaitFor(t, 30*time.Second, func() error {
-		_, err := db.Pool.Exec(t.Context(), `SELECT pg_drop_replication_slot($1)`, slot)
+		_, err := p.db.Pool.Exec(t.Context(), `SELECT pg_drop_replication_slot($1)`, slot)
 		return err
 	})
-	lostAt := deliveries(t, db.Pool)
-	testenv.Eventually(t, time.Minute, func() bool { return deliveries(t, db.Pool) >= lostAt+500 }, "500 deliveries with no slot")
+	lostAt := deliveries(t, p.db.Pool)
+	testenv.Eventually(t, time.Minute, func() bool { return deliveries(t, p.db.Pool) >= lostAt+500 }, "500 deliveries with no slot")
 
-	second := startRelay(t, db.Pool, brokers, state, ckpt)
+	second := startRelay(t, p.db.Pool, p.brokers, p.state, p.ckpt)
 	testenv.Eventually(t, 30*time.Second, func() bool { return second.gauge(t, "paystream_sink_slot_lost") == 1 }, "slot reported lost")
-	if n := count(t, db.Pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = '`+slot+`'`); n != 0 {
+	if n := count(t, p.db.Pool, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = '`+slot+`'`); n != 0 {
 		t.Fatalf("the relay created the lost slot again")
 	}
-	rep, err := sink.Republish(t.Context(), db.Pool, sink.RepublishConfig{Brokers: brokers, Topic: state, CheckpointTopic: ckpt})
+	rep, err := sink.Republish(t.Context(), p.db.Pool, sink.RepublishConfig{Brokers: p.brokers, Topic: p.state, CheckpointTopic: p.ckpt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,9 +157,9 @@ func TestRepublishAfterLostSlot(t *testing.T) {
 	}, "relay resumes")
 
 	done := prod.stop(t, hs)
-	waitCaughtUp(t, db.Pool, brokers, group, raw, 5*time.Minute)
-	waitRelayed(t, db, 2*time.Minute)
-	recs := committedState(t, brokers, state)
+	waitCaughtUp(t, p.db.Pool, p.brokers, p.group, p.raw, 5*time.Minute)
+	waitRelayed(t, p.db, 2*time.Minute)
+	recs := committedState(t, p.brokers, p.state)
 	repeats := checkEveryVersion(t, recs, wantVersions(done))
 	t.Logf("%d payments, %d state records, %d republished, %d repeats", len(done), len(recs), countRepublished(recs), repeats)
 	if repeats != 0 {

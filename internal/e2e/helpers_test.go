@@ -103,6 +103,27 @@ func relayTopics(t testing.TB) (raw, state, ckpt, group string) {
 	return testenv.Topic(t, "raw", 3), testenv.Topic(t, "state", 3), testenv.Topic(t, "ckpt", 1), testenv.Group(t)
 }
 
+// relayPipeline is where a test running its own relays starts: a fresh
+// schema with the relay's replication slot set up (testenv drops the slot
+// with the schema), the relay topics, and a processor applying raw to the
+// schema.
+type relayPipeline struct {
+	db                      *testenv.DB
+	brokers                 []string
+	raw, state, ckpt, group string
+}
+
+// startRelayPipeline sets up a relayPipeline whose processor commits at
+// most batchMaxRecords records a transaction.
+func startRelayPipeline(t testing.TB, batchMaxRecords int) relayPipeline {
+	t.Helper()
+	p := relayPipeline{db: testenv.NewDB(t), brokers: testenv.Kafka(t)}
+	p.raw, p.state, p.ckpt, p.group = relayTopics(t)
+	setupSlot(t, p.db.Pool)
+	runProcessor(t, p.db.Pool, processor.Config{Brokers: p.brokers, Topic: p.raw, Group: p.group, BatchMaxRecords: batchMaxRecords})
+	return p
+}
+
 // dropSlot drops the replication slot and publication of pool's schema
 // (sink.SlotName) once no relay streams it.
 func dropSlot(t testing.TB, pool *pgxpool.Pool) {

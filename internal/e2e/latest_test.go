@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/paystream/paystream/internal/testenv"
-	"github.com/paystream/paystream/processor"
 	"github.com/paystream/paystream/sink"
 )
 
@@ -76,21 +75,17 @@ func startExampleConsumer(t *testing.T, args ...string) *exampleConsumer {
 // printed with no gap.
 func TestBackfillThenBootstrapUnderTraffic(t *testing.T) {
 	testenv.SkipIfShort(t)
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	raw, state, ckpt, group := relayTopics(t)
+	p := startRelayPipeline(t, 20)
 	latest := testenv.Topic(t, "latest", 3)
-	setupSlot(t, db.Pool)
-	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 20})
-	without := startRelay(t, db.Pool, brokers, state, ckpt)
+	without := startRelay(t, p.db.Pool, p.brokers, p.state, p.ckpt)
 	hs := genHistories(2000)
-	prod := producePaced(t, brokers, raw, hs, 5, 20*time.Millisecond)
-	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= 600 }, "600 state records")
+	prod := producePaced(t, p.brokers, p.raw, hs, 5, 20*time.Millisecond)
+	testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, p.brokers, p.state) >= 600 }, "600 state records")
 	without.Stop()
-	with := startRelayWith(t, db.Pool, sink.Config{Brokers: brokers, Topic: state, LatestTopic: latest, CheckpointTopic: ckpt})
+	with := startRelayWith(t, p.db.Pool, sink.Config{Brokers: p.brokers, Topic: p.state, LatestTopic: latest, CheckpointTopic: p.ckpt})
 	testenv.Eventually(t, time.Minute, func() bool { return with.gauge(t, "paystream_sink_active") == 1 }, "the relay with a latest-state topic active")
 
-	rep, err := sink.Backfill(t.Context(), db.Pool, sink.BackfillConfig{Brokers: brokers, Topic: state, LatestTopic: latest, CheckpointTopic: ckpt})
+	rep, err := sink.Backfill(t.Context(), p.db.Pool, sink.BackfillConfig{Brokers: p.brokers, Topic: p.state, LatestTopic: latest, CheckpointTopic: p.ckpt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +95,14 @@ func TestBackfillThenBootstrapUnderTraffic(t *testing.T) {
 	}
 	testenv.Eventually(t, time.Minute, func() bool { return with.gauge(t, "paystream_sink_active") == 1 }, "the relay active again")
 
-	consumer := startExampleConsumer(t, "--brokers", strings.Join(brokers, ","), "--topic", state,
+	consumer := startExampleConsumer(t, "--brokers", strings.Join(p.brokers, ","), "--topic", p.state,
 		"--bootstrap-from", latest, "--group", testenv.Group(t))
 	done := prod.stop(t, hs)
-	waitCaughtUp(t, db.Pool, brokers, group, raw, 5*time.Minute)
-	waitRelayed(t, db, 2*time.Minute)
+	waitCaughtUp(t, p.db.Pool, p.brokers, p.group, p.raw, 5*time.Minute)
+	waitRelayed(t, p.db, 2*time.Minute)
 
 	want := map[string]int64{}
-	rows, err := db.Pool.Query(t.Context(), `SELECT payment_key, version FROM payments WHERE version > 0`)
+	rows, err := p.db.Pool.Query(t.Context(), `SELECT payment_key, version FROM payments WHERE version > 0`)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/paystream/paystream/internal/testenv"
-	"github.com/paystream/paystream/processor"
 	"github.com/paystream/paystream/sink"
 )
 
@@ -31,31 +30,26 @@ const sinkGrace = 30 * time.Second
 // order.
 func TestSinkSIGTERMUnderLoad(t *testing.T) {
 	testenv.SkipIfShort(t)
-	db := testenv.NewDB(t)
-	brokers := testenv.Kafka(t)
-	raw, state, ckpt, group := relayTopics(t)
-	// testenv drops the slot with the schema.
-	setupSlot(t, db.Pool)
-	id, err := sink.Identify(t.Context(), db.Pool, "")
+	p := startRelayPipeline(t, 10)
+	id, err := sink.Identify(t.Context(), p.db.Pool, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	txnID := id.TransactionalID()
-	runProcessor(t, db.Pool, processor.Config{Brokers: brokers, Topic: raw, Group: group, BatchMaxRecords: 10})
 
 	hs := genHistories(3000)
-	prod := producePaced(t, brokers, raw, hs, 5, 30*time.Millisecond)
+	prod := producePaced(t, p.brokers, p.raw, hs, 5, 30*time.Millisecond)
 	start := func(name string) (*binProc, string) {
 		addr := testenv.FreeAddr(t)
-		return startBin(t, name, "sink", "--kafka-brokers", strings.Join(brokers, ","), "--database-url", db.URL,
-			"--state-topic", state, "--checkpoint-topic", ckpt, "--heartbeat-interval", "200ms",
+		return startBin(t, name, "sink", "--kafka-brokers", strings.Join(p.brokers, ","), "--database-url", p.db.URL,
+			"--state-topic", p.state, "--checkpoint-topic", p.ckpt, "--heartbeat-interval", "200ms",
 			"--standby-retry", "100ms", "--metrics-addr", addr, "--log-format", "json"), addr
 	}
 
 	for n := range 2 {
 		s, addr := start(fmt.Sprintf("paystream sink %d", n))
-		from := testenv.EndOffsetSum(t, brokers, state)
-		testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, brokers, state) >= from+300 },
+		from := testenv.EndOffsetSum(t, p.brokers, p.state)
+		testenv.Eventually(t, 2*time.Minute, func() bool { return testenv.EndOffsetSum(t, p.brokers, p.state) >= from+300 },
 			"sink %d to publish 300 records", n)
 		fams := testenv.Scrape(t, "http://"+addr+"/metrics")
 		relay := map[string]string{"client": sink.ClientRelay}
@@ -67,9 +61,9 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 				t.Errorf(`sink %d: %s{client="relay"} = %v on /metrics, want > 0`, n, name, v)
 			}
 		}
-		atSignal, flowing := testenv.EndOffsetSum(t, brokers, state), prod.flowing()
+		atSignal, flowing := testenv.EndOffsetSum(t, p.brokers, p.state), prod.flowing()
 		took := s.terminate(t, sinkGrace)
-		txn := describeTxn(t, brokers, txnID)
+		txn := describeTxn(t, p.brokers, txnID)
 		if txn == "Ongoing" {
 			t.Errorf("sink %d exited with its Kafka transaction ongoing: a read_committed consumer is stuck behind it until the transaction times out", n)
 		}
@@ -79,8 +73,8 @@ func TestSinkSIGTERMUnderLoad(t *testing.T) {
 
 	last, addr := start("paystream sink 2")
 	done := prod.stop(t, hs)
-	waitCaughtUp(t, db.Pool, brokers, group, raw, 5*time.Minute)
-	recs := checkPipelineOnce(t, db, brokers, state, done, 2*time.Minute)
+	waitCaughtUp(t, p.db.Pool, p.brokers, p.group, p.raw, 5*time.Minute)
+	recs := checkPipelineOnce(t, p.db, p.brokers, p.state, done, 2*time.Minute)
 	skipped := testenv.Scrape(t, "http://"+addr+"/metrics").Sum("paystream_sink_replayed_transactions_skipped_total", nil)
 	t.Logf("%d payments, %d state events on the topic for read_committed consumers, each once; the last sink skipped %v Postgres transactions already published",
 		len(done), len(recs), skipped)
