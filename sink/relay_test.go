@@ -293,6 +293,24 @@ func (b *bundle) waitRelayed(t *testing.T, timeout time.Duration) {
 	})
 }
 
+// checkRelayed waits up to timeout until the relay confirmed the WAL
+// written so far, then checks that the state topic, read_committed, holds
+// each payment's versions 1..want once, in order.
+func (b *bundle) checkRelayed(t *testing.T, timeout time.Duration, want map[string]int64) {
+	t.Helper()
+	b.waitRelayed(t, timeout)
+	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), want)
+}
+
+// emitVersion commits version v of payment key's state in a Postgres
+// transaction of its own, as the processor does for one event.
+func (b *bundle) emitVersion(t *testing.T, key string, v int64) {
+	t.Helper()
+	if err := emit(context.Background(), b.db.Pool, []statelog.Event{stateEvent(key, v, "committed")}, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func deref(s *string) string {
 	if s == nil {
 		return "(none)"
@@ -400,8 +418,7 @@ func TestRelayPublishesCommittedInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b.waitRelayed(t, time.Minute)
-	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), want)
+	b.checkRelayed(t, time.Minute, want)
 	if got := r.metric(t, "paystream_sink_events_published_total"); got != 2300 {
 		t.Errorf("paystream_sink_events_published_total = %v, want 2300", got)
 	}
@@ -444,11 +461,8 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 	first := b.startRelay(t, nil)
 	first.waitActive(t, "first relay active")
 	second := b.startRelay(t, nil)
-	ctx := context.Background()
 	for v := int64(1); v <= 5; v++ {
-		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
-			t.Fatal(err)
-		}
+		b.emitVersion(t, "acme:pay_1", v)
 		// The standby retries the slot every 50ms meanwhile.
 		b.waitRelayed(t, 30*time.Second)
 		if a := second.metric(t, "paystream_sink_active"); a != 0 {
@@ -461,12 +475,9 @@ func TestRelayStandbyTakesOver(t *testing.T) {
 	first.stop()
 	second.waitActive(t, "standby takes over")
 	for v := int64(6); v <= 8; v++ {
-		if err := emit(ctx, b.db.Pool, []statelog.Event{stateEvent("acme:pay_1", v, "committed")}, false); err != nil {
-			t.Fatal(err)
-		}
+		b.emitVersion(t, "acme:pay_1", v)
 	}
-	b.waitRelayed(t, 30*time.Second)
-	checkStream(t, testenv.ReadCommitted(t, b.brokers, b.topic), map[string]int64{"acme:pay_1": 8})
+	b.checkRelayed(t, 30*time.Second, map[string]int64{"acme:pay_1": 8})
 	if got := second.metric(t, "paystream_sink_events_published_total"); got != 3 {
 		t.Errorf("new relay published %v events, want 3", got)
 	}
