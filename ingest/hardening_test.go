@@ -470,12 +470,8 @@ func TestUnauthorizedNotLoggedAtInfo(t *testing.T) {
 func TestMetricsOffTheWebhookListener(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
 		b := setup(t, server, func(c *ingest.Config) { c.ServeMetrics = false })
-		if code, _ := get(t, b.url+"/metrics"); code != http.StatusNotFound {
-			t.Errorf("/metrics: %d, want 404", code)
-		}
-		if code, _ := get(t, b.url+"/healthz"); code != http.StatusOK {
-			t.Errorf("/healthz: %d, want 200", code)
-		}
+		checkGet(t, b.url+"/metrics", http.StatusNotFound, "/metrics")
+		checkGet(t, b.url+"/healthz", http.StatusOK, "/healthz")
 	})
 }
 

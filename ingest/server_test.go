@@ -58,15 +58,9 @@ func eachServer(t *testing.T, f func(t *testing.T, server string)) {
 func TestHealthAndReady(t *testing.T) {
 	eachServer(t, func(t *testing.T, server string) {
 		b := setup(t, server, nil)
-		if code, body := get(t, b.url+"/healthz"); code != http.StatusOK || !strings.Contains(body, `"ok":true`) {
-			t.Errorf("/healthz: %d %q", code, body)
-		}
-		if code, body := get(t, b.url+"/readyz"); code != http.StatusOK || !strings.Contains(body, `"ready":true`) {
-			t.Errorf("/readyz with the broker: %d %q, want 200", code, body)
-		}
-		if code, _ := get(t, b.url+"/nope"); code != http.StatusNotFound {
-			t.Errorf("/nope: %d, want 404", code)
-		}
+		checkGet(t, b.url+"/healthz", http.StatusOK, "/healthz", `"ok":true`)
+		checkGet(t, b.url+"/readyz", http.StatusOK, "/readyz with the broker", `"ready":true`)
+		checkGet(t, b.url+"/nope", http.StatusNotFound, "/nope")
 	})
 }
 
@@ -190,9 +184,7 @@ func TestServeTimeouts(t *testing.T) {
 			t.Errorf("slow body: connection ended after %v, want about %v", d, 2*timeout)
 		}
 		// The server still answers normal requests.
-		if code, _ := get(t, "http://"+addr+"/healthz"); code != http.StatusOK {
-			t.Errorf("/healthz: %d", code)
-		}
+		checkGet(t, "http://"+addr+"/healthz", http.StatusOK, "/healthz")
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -287,6 +288,21 @@ func get(t testing.TB, u string) (int, string) {
 	}
 	resp, body := do(t, req)
 	return resp.StatusCode, body
+}
+
+// checkGet fails the test unless GET u answers status want with a body
+// holding each of contains; what names the request, and the situation it
+// was made in, in the failure.
+func checkGet(t testing.TB, u string, want int, what string, contains ...string) {
+	t.Helper()
+	code, body := get(t, u)
+	ok := code == want
+	for _, c := range contains {
+		ok = ok && strings.Contains(body, c)
+	}
+	if !ok {
+		t.Errorf("%s: %d %q, want %d with %q", what, code, body, want, contains)
+	}
 }
 
 // do sends req and returns its response with the body read.

@@ -384,12 +384,8 @@ func TestUnavailableBrokerIs503(t *testing.T) {
 		if v, _ := metricValue(mfs, "paystream_ingest_in_flight_requests", nil); v != 0 {
 			t.Errorf("in-flight after the answer = %v, want 0", v)
 		}
-		if code, body := get(t, hs+"/readyz"); code != http.StatusServiceUnavailable {
-			t.Errorf("/readyz without a broker: %d %q, want 503", code, body)
-		}
-		if code, _ := get(t, hs+"/healthz"); code != http.StatusOK {
-			t.Errorf("/healthz without a broker: %d, want 200 (the process is up)", code)
-		}
+		checkGet(t, hs+"/readyz", http.StatusServiceUnavailable, "/readyz without a broker")
+		checkGet(t, hs+"/healthz", http.StatusOK, "/healthz without a broker (the process is up)")
 	})
 }
 
@@ -407,9 +403,7 @@ func TestMissingTopicIs503(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") != "5" {
 			t.Errorf("answer %d %q Retry-After %q, want 503 with the default Retry-After 5", resp.StatusCode, body, resp.Header.Get("Retry-After"))
 		}
-		if code, _ := get(t, b.url+"/readyz"); code != http.StatusOK {
-			t.Errorf("/readyz with a reachable broker: %d, want 200", code)
-		}
+		checkGet(t, b.url+"/readyz", http.StatusOK, "/readyz with a reachable broker")
 	})
 }
 
