@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -181,26 +180,6 @@ type pgPair struct {
 
 const stackScript = "../../deploy/stack.sh"
 
-// freePortPair returns a loopback port that is free, and the next one too.
-func freePortPair(t *testing.T) int {
-	t.Helper()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		next, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
-		ln.Close()
-		if err == nil {
-			next.Close()
-			return port
-		}
-	}
-	t.Fatal("no two free loopback ports in a row")
-	return 0
-}
-
 func (p *pgPair) stack(t *testing.T, args ...string) {
 	t.Helper()
 	cmd := exec.Command(stackScript, args...)
@@ -214,7 +193,7 @@ func (p *pgPair) stack(t *testing.T, args ...string) {
 // from it (standby-up); both are stopped and removed when the test ends.
 func newPGPair(t *testing.T) *pgPair {
 	t.Helper()
-	p := &pgPair{dir: t.TempDir(), port: freePortPair(t)}
+	p := &pgPair{dir: t.TempDir(), port: testenv.FreePorts(t, 2)}
 	port := p.port
 	url := func(port int) string {
 		return fmt.Sprintf("postgres://paystream@127.0.0.1:%d/paystream?sslmode=disable", port)

@@ -509,7 +509,7 @@ func oldBatch(ctx context.Context, pool *pgxpool.Pool, group, topic string, part
 // slot (wal_status lost): the sink could relay nothing more.
 func TestUpgradeRefusesToOverrunSlot(t *testing.T) {
 	testenv.SkipIfShort(t)
-	pg := &pgPair{dir: t.TempDir(), port: freePortPair(t)}
+	pg := &pgPair{dir: t.TempDir(), port: testenv.FreePorts(t, 2)}
 	pg.primary = fmt.Sprintf("postgres://paystream@127.0.0.1:%d/paystream?sslmode=disable", pg.port)
 	t.Cleanup(func() { pg.stack(t, "down", "--purge") })
 	pg.stack(t, "postgres-up")

@@ -3,10 +3,12 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -148,15 +150,66 @@ func Environ(extra ...string) []string {
 }
 
 // FreeAddr returns a loopback address ("127.0.0.1:port") with a port
-// nothing listens on now.
+// nothing listens on now, for a child process to listen on (FreePorts).
 func FreeAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePorts(t, 1)))
+}
+
+// FreePorts returns the first of n consecutive loopback ports nothing
+// listens on now, for a child process to listen on.
+//
+// They are drawn below the kernel's ephemeral range (ephemeralLow), not
+// asked of the kernel with ":0": between this check and the child's bind,
+// the kernel hands ephemeral ports to every outgoing connection and ":0"
+// listener on the machine — the tests running in parallel open thousands
+// — and one of them taking the port made the child exit with "address
+// already in use". Below the range only another FreePorts can take it,
+// about one chance in ten thousand per pair of calls.
+func FreePorts(t testing.TB, n int) int {
+	t.Helper()
+	low := ephemeralLow()
+	const span = 10000
+	for range 100 {
+		base := low - span + rand.IntN(span-n)
+		if portsFree(base, n) {
+			return base
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Fatalf("testenv: no %d free ports in a row in %d-%d after 100 draws", n, low-span, low-1)
+	return 0
+}
+
+// portsFree reports whether n ports from base can be listened on now.
+func portsFree(base, n int) bool {
+	for p := base; p < base+n; p++ {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+		if err != nil {
+			return false
+		}
+		ln.Close()
+	}
+	return true
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), or Linux's default 32768 when it cannot
+// be read or leaves too little room below it.
+func ephemeralLow() int {
+	const fallback = 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return fallback
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) != 2 {
+		return fallback
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil || low < 11024 {
+		return fallback
+	}
+	return low
 }
 
 // SyncBuffer is a bytes.Buffer safe for a process's writes and the test's

@@ -133,3 +133,19 @@ func TestSanitizedName(t *testing.T) {
 		}
 	}
 }
+
+// TestFreePortsBelowEphemeralRange: FreePorts draws below the kernel's
+// ephemeral range, where no outgoing connection or ":0" listener can take
+// the ports before the child binds them, and they are free.
+func TestFreePortsBelowEphemeralRange(t *testing.T) {
+	low := ephemeralLow()
+	for range 20 {
+		p := FreePorts(t, 2)
+		if p < low-10000 || p+1 >= low {
+			t.Fatalf("FreePorts = %d-%d, want within %d-%d", p, p+1, low-10000, low-1)
+		}
+		if !portsFree(p, 2) {
+			t.Fatalf("ports %d-%d are not free", p, p+1)
+		}
+	}
+}
