@@ -169,14 +169,13 @@ func FreeAddr(t testing.TB) string {
 func FreePorts(t testing.TB, n int) int {
 	t.Helper()
 	low := ephemeralLow()
-	const span = 10000
 	for range 100 {
-		base := low - span + rand.IntN(span-n)
+		base := low - portSpan + rand.IntN(portSpan-n)
 		if portsFree(base, n) {
 			return base
 		}
 	}
-	t.Fatalf("testenv: no %d free ports in a row in %d-%d after 100 draws", n, low-span, low-1)
+	t.Fatalf("testenv: no %d free ports in a row in %d-%d after 100 draws", n, low-portSpan, low-1)
 	return 0
 }
 
@@ -192,9 +191,13 @@ func portsFree(base, n int) bool {
 	return true
 }
 
+// portSpan is how many ports below the ephemeral range FreePorts draws
+// from.
+const portSpan = 10000
+
 // ephemeralLow is the first port of the kernel's ephemeral range
 // (net.ipv4.ip_local_port_range), or Linux's default 32768 when it cannot
-// be read or leaves too little room below it.
+// be read or leaves no portSpan of unprivileged ports below it.
 func ephemeralLow() int {
 	const fallback = 32768
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
@@ -206,7 +209,7 @@ func ephemeralLow() int {
 		return fallback
 	}
 	low, err := strconv.Atoi(fields[0])
-	if err != nil || low < 11024 {
+	if err != nil || low-portSpan < 1024 {
 		return fallback
 	}
 	return low

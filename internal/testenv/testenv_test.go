@@ -141,8 +141,8 @@ func TestFreePortsBelowEphemeralRange(t *testing.T) {
 	low := ephemeralLow()
 	for range 20 {
 		p := FreePorts(t, 2)
-		if p < low-10000 || p+1 >= low {
-			t.Fatalf("FreePorts = %d-%d, want within %d-%d", p, p+1, low-10000, low-1)
+		if p < low-portSpan || p+1 >= low {
+			t.Fatalf("FreePorts = %d-%d, want within %d-%d", p, p+1, low-portSpan, low-1)
 		}
 		if !portsFree(p, 2) {
 			t.Fatalf("ports %d-%d are not free", p, p+1)
